@@ -1,0 +1,114 @@
+"""What a notebook's generated bootstrap cell calls once the project is on `sys.path`.
+
+On Colab and Kaggle: install only the packages the runtime lacks (never torch, which the
+runtime ships and a reinstall would break) and, on Colab, mount Drive so checkpoints survive
+a disconnect. Locally and in CI: nothing but the MPS fallback switch. This module must not
+import torch: `PYTORCH_ENABLE_MPS_FALLBACK` only works if set before torch is imported.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from lib.platforms import detect_runtime, drive_root, get_platform
+
+# import name -> pip requirement; torch, torchvision and torch_xla are the runtime's own.
+REQUIREMENTS = {
+    "tqdm": "tqdm>=4.66",
+    "matplotlib": "matplotlib>=3.7",
+    "tensorboard": "tensorboard>=2.14",
+    "einops": "einops>=0.7",
+    "scipy": "scipy>=1.10",
+    "snntorch": "snntorch>=0.9",
+    "tonic": "tonic>=1.5",
+    "lion_pytorch": "lion-pytorch>=0.2",
+}
+
+
+def missing_requirements(find_spec=importlib.util.find_spec) -> list[str]:
+    return [req for name, req in REQUIREMENTS.items() if find_spec(name) is None]
+
+
+def pip_command(requirements: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pip", "install", "--quiet", *requirements]
+
+
+def install_missing(run=subprocess.run, find_spec=importlib.util.find_spec) -> list[str]:
+    """pip-install what is missing; return the requirements installed."""
+    missing = missing_requirements(find_spec)
+    if not missing:
+        print("bootstrap: every requirement is already installed")
+        return []
+    cmd = pip_command(missing)
+    print("bootstrap: installing what this runtime lacks:", shlex.join(["pip", *cmd[3:]]))
+    run(cmd, check=True)
+    return missing
+
+
+def mount_drive() -> Path:
+    """Mount Google Drive (Colab only) where lib.platforms expects it."""
+    from google.colab import drive
+
+    root = drive_root()
+    drive.mount(str(root))
+    return root
+
+
+def xla_version_problem(version=importlib.metadata.version) -> str | None:
+    """torch_xla X.Y needs torch X.Y; a mismatch dies at import with 'undefined symbol'."""
+    try:
+        torch_v, xla_v = version("torch"), version("torch_xla")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if torch_v.split(".")[:2] != xla_v.split(".")[:2]:
+        return (f"torch {torch_v} and torch_xla {xla_v} do not match (torch_xla X.Y needs "
+                "torch X.Y); importing torch_xla will fail with 'undefined symbol'. Fix: "
+                "Runtime > Disconnect and delete runtime, and do not `pip install torch` on a "
+                "TPU runtime.")
+    return None
+
+
+def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
+    """Set up this runtime for a `platform_name` notebook; returns the runtime detected."""
+    platform = get_platform(platform_name)
+    os.chdir(root)  # relative defaults (./data, ./runs) are relative to the project
+    if platform.accelerator == "mps":
+        # Ops MPS lacks then run on the CPU (slowly) instead of raising NotImplementedError.
+        environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
+        print("bootstrap: PYTORCH_ENABLE_MPS_FALLBACK=1 (ops missing on MPS run on the CPU)")
+    runtime = detect_runtime(environ)
+    if runtime in ("colab", "kaggle"):
+        install_missing()
+    if runtime == "colab":
+        print(f"bootstrap: Google Drive mounted at {mount_drive()}")
+    if platform.accelerator == "xla" and (problem := xla_version_problem()):
+        raise RuntimeError(problem)
+    print(f"bootstrap: {platform.title} notebook on the {runtime} runtime, project at {root}")
+    return runtime
+
+
+def finish(runtime: str) -> None:
+    """End of a notebook: on Colab, flush Drive's cache and unmount, so nothing is lost."""
+    if runtime == "colab":
+        from google.colab import drive
+
+        drive.flush_and_unmount()
+        print("Drive flushed and unmounted: every checkpoint and result is on Drive.")
+
+
+def show_tensorboard(logdir, runtime: str) -> None:
+    """Inline TensorBoard on Colab; elsewhere say how to open it (Kaggle has no inline one)."""
+    if runtime == "colab":
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        ip.run_line_magic("load_ext", "tensorboard")
+        ip.run_line_magic("tensorboard", f"--logdir {shlex.quote(str(logdir))}")
+    else:
+        print(f"TensorBoard logs: {logdir}  (view with: tensorboard --logdir {logdir})")

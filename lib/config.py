@@ -1,0 +1,145 @@
+"""The notebook's parameters cell, turned into a typed, validated, printable dataclass.
+
+Every notebook's parameters are plain UPPER_CASE literals; `Workload.from_params(globals())`
+picks the ones named like its fields (lower-cased), checks their types (papermill can pass
+`EPOCHS="ten"`), validates values and returns the config. A workload subclasses `RunConfig`
+and adds its own fields and checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+from lib.platforms import PLATFORMS, default_dirs, detect_runtime, get_platform
+
+
+class ConfigError(ValueError):
+    """A parameter has a wrong type or value; the message names it and the fix."""
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin in (tuple, list):
+        return isinstance(value, (tuple, list)) and all(
+            _type_ok(v, typing.get_args(annotation)[0]) for v in value
+        )
+    return isinstance(value, annotation)
+
+
+def _type_name(annotation: Any) -> str:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(annotation))
+    if typing.get_origin(annotation) in (tuple, list):
+        return f"a list of {_type_name(typing.get_args(annotation)[0])}"
+    return "None" if annotation is type(None) else annotation.__name__
+
+
+@dataclass
+class RunConfig:
+    """Parameters every notebook has (the parameter contract)."""
+
+    WORKLOAD: ClassVar[str] = ""
+
+    platform: str
+    epochs: int
+    lr: float
+    seed: int = 0
+    device: str = "auto"
+    data_dir: str | None = None
+    out_dir: str | None = None
+    sample_data: bool = False
+    smoke: bool = False
+    batch_size: int | None = None
+    checkpoint_minutes: float = 10.0
+    smoke_batches: int = 6  # train (and eval) batches per epoch in smoke mode
+
+    @classmethod
+    def from_params(cls, namespace: dict[str, Any]) -> RunConfig:
+        """Build from a notebook namespace: field `lr` is read from `LR`, and so on."""
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for f in fields(cls):
+            name = f.name.upper()
+            if name not in namespace:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise ConfigError(f"parameter {name} is missing; add `{name} = ...` "
+                                      "to the parameters cell.")
+                continue
+            value = namespace[name]
+            if not _type_ok(value, hints[f.name]):
+                raise ConfigError(
+                    f"{name}={value!r} has type {type(value).__name__}; expected "
+                    f"{_type_name(hints[f.name])}. Fix the value in the parameters cell "
+                    f"(or the papermill -p {name} argument)."
+                )
+            kwargs[f.name] = list(value) if isinstance(value, tuple) else value
+        return cls(**kwargs)
+
+    def __post_init__(self) -> None:
+        get_platform(self.platform)  # raises the clear "unknown PLATFORM" message
+        self._positive("epochs", self.epochs)
+        self._positive("lr", self.lr)
+        self._positive("checkpoint_minutes", self.checkpoint_minutes)
+        self._positive("smoke_batches", self.smoke_batches)
+        if self.batch_size is not None:
+            self._positive("batch_size", self.batch_size)
+        if self.seed < 0:
+            raise ConfigError(f"SEED={self.seed} is negative; expected an integer >= 0.")
+        self.validate()
+
+    def validate(self) -> None:
+        """Workload-specific checks; override in subclasses."""
+
+    @staticmethod
+    def _positive(name: str, value) -> None:
+        if value <= 0:
+            raise ConfigError(
+                f"{name.upper()}={value!r} must be > 0; set it to a positive number "
+                "in the parameters cell."
+            )
+
+    @staticmethod
+    def _choice(name: str, value: str, choices) -> None:
+        if value not in choices:
+            raise ConfigError(
+                f"unknown {name.upper()} {value!r}; expected one of {sorted(choices)}. "
+                "Fix it in the parameters cell."
+            )
+
+    # Derived settings -------------------------------------------------------------------
+    @property
+    def runtime(self) -> str:
+        return detect_runtime()
+
+    def resolved_batch_size(self) -> int:
+        if self.batch_size is not None:
+            return self.batch_size
+        return PLATFORMS[self.platform].batch_size(self.WORKLOAD)
+
+    def paths(self) -> tuple[Path, Path]:
+        """(data_dir, out_dir): the parameters if given, else the runtime's defaults."""
+        data, out = default_dirs(self.WORKLOAD, self.runtime)
+        data = Path(self.data_dir).expanduser() if self.data_dir else data
+        out = Path(self.out_dir).expanduser() if self.out_dir else out
+        return data, out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain literals only: this is what checkpoints and metrics files store."""
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        rows = [f"  {k.upper():<20} {v!r}" for k, v in self.to_dict().items()]
+        return f"{type(self).__name__} ({self.WORKLOAD})\n" + "\n".join(rows)

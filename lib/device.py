@@ -1,0 +1,220 @@
+"""The one place that asks which hardware exists, and what follows from it.
+
+`probe()` reads the machine; `choose_device()` turns a request ("auto", "cuda", ...) plus a
+platform profile into a `DeviceChoice`: the device, why it was chosen, the precision and
+the DataLoader settings. Everything downstream takes the choice, never asks torch itself.
+Tests build a `Probe` by hand to fake any machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from lib.platforms import Platform
+
+DEVICE_CHOICES = ("auto", "cuda", "xla", "mps", "cpu")
+DEVICE_ENV = "TA_DEVICE"  # overrides the notebook's DEVICE, e.g. TA_DEVICE=cpu
+NO_CUDA_ENV, NO_MPS_ENV = "NO_CUDA", "NO_MPS"  # the familiar switches, as env vars
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the machine offers. Built by `probe()`; hand-built in tests."""
+
+    cuda: bool = False
+    cuda_name: str = ""
+    capability: tuple[int, int] = (0, 0)
+    arch_list: tuple[str, ...] = ()
+    cuda_count: int = 0
+    mps: bool = False
+    xla_installed: bool = False
+    xla_device_type: str = ""  # "TPU", "CPU", ... or "" when not asked / unavailable
+    torch_version: str = torch.__version__
+
+
+def probe(ask_xla: bool = False) -> Probe:
+    """Read the machine. torch_xla is imported only when `ask_xla` (it costs seconds)."""
+    cuda = torch.cuda.is_available()
+    xla_installed = importlib.util.find_spec("torch_xla") is not None
+    xla_type = ""
+    if xla_installed and ask_xla:
+        from lib import xla
+
+        xla_type = xla.device_type()
+    return Probe(
+        cuda=cuda,
+        cuda_name=torch.cuda.get_device_name(0) if cuda else "",
+        capability=torch.cuda.get_device_capability(0) if cuda else (0, 0),
+        arch_list=tuple(torch.cuda.get_arch_list()) if cuda else (),
+        cuda_count=torch.cuda.device_count() if cuda else 0,
+        mps=bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()),
+        xla_installed=xla_installed,
+        xla_device_type=xla_type,
+    )
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Autocast settings: dtype None means plain fp32."""
+
+    dtype: torch.dtype | None
+    scaler: bool
+
+    @property
+    def name(self) -> str:
+        return {None: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[self.dtype]
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """The device to run on and everything that follows from it."""
+
+    type: str  # "cuda" | "xla" | "mps" | "cpu"
+    reason: str
+    precision: Precision
+    pin_memory: bool
+    drop_last: bool
+    num_workers: int
+    world_size: int = 1
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def torch_device(self) -> torch.device:
+        if self.type == "xla":
+            from lib import xla
+
+            return xla.device()
+        return torch.device(self.type)
+
+    def describe(self) -> str:
+        return f"device {self.type} ({self.precision.name}): {self.reason}"
+
+
+class DeviceError(RuntimeError):
+    """The requested device cannot run here; the message says why and what to do."""
+
+
+def _version_at_least(version: str, major: int, minor: int) -> bool:
+    parts = version.split("+")[0].split(".")
+    return (int(parts[0]), int(parts[1])) >= (major, minor)
+
+
+def cuda_preflight(p: Probe) -> None:
+    """Fail before the first kernel when torch has no kernels for this GPU's architecture.
+
+    Kaggle's P100 (sm_60) under a CUDA 12.8+ torch build is the common case: CUDA reports
+    available, and the first kernel dies with "no kernel image is available".
+    """
+    if not p.cuda or not p.arch_list:
+        return
+    major, minor = p.capability
+    sm = f"sm_{major}{minor}"
+    # compute_XY (PTX) entries can JIT for a GPU of capability >= XY.
+    sms = {a for a in p.arch_list if a.startswith("sm_")}
+    ptx = [a.split("_")[1] for a in p.arch_list if a.startswith("compute_")]
+    if sm in sms or any(int(c) <= major * 10 + minor for c in ptx):
+        return
+    raise DeviceError(
+        f"{p.cuda_name} is {sm}, but this torch {p.torch_version} was built for "
+        f"{', '.join(sorted(sms))} only, so every CUDA kernel would fail with 'no kernel image "
+        "is available'. Fix: install a torch build with Pascal kernels, e.g. "
+        '`pip install "torch==2.14.1" "torchvision==0.29.1" --index-url '
+        'https://download.pytorch.org/whl/cu126` and restart the kernel, or switch the '
+        'accelerator to "GPU T4 x2", or set DEVICE = "cpu".'
+    )
+
+
+def choose_precision(kind: str, p: Probe) -> Precision:
+    """fp16+scaler on pre-Ampere CUDA, bf16 on Ampere+ and XLA, fp16 on new-enough MPS."""
+    if kind == "cuda":
+        # bf16 is emulated (slow) below sm_80 even though is_bf16_supported() says True.
+        if p.capability >= (8, 0):
+            return Precision(torch.bfloat16, scaler=False)
+        return Precision(torch.float16, scaler=True)
+    if kind == "xla":
+        return Precision(torch.bfloat16, scaler=False)
+    if kind == "mps" and _version_at_least(p.torch_version, 2, 8):
+        return Precision(torch.float16, scaler=True)  # GradScaler("mps") exists from 2.8
+    return Precision(None, scaler=False)
+
+
+def _requested(device: str, environ) -> tuple[str, str]:
+    """The effective request and where it came from (the env var wins over the notebook)."""
+    env = environ.get(DEVICE_ENV, "").strip().lower()
+    if env:
+        if env not in DEVICE_CHOICES:
+            raise ValueError(
+                f"{DEVICE_ENV}={env!r} is not a device; expected one of {list(DEVICE_CHOICES)}. "
+                f"Fix or unset the environment variable {DEVICE_ENV}."
+            )
+        return env, f"{DEVICE_ENV}={env}"
+    if device not in DEVICE_CHOICES:
+        raise ValueError(
+            f"unknown DEVICE {device!r}; expected one of {list(DEVICE_CHOICES)}. "
+            'Use DEVICE = "auto" to pick the best available device.'
+        )
+    return device, f'DEVICE="{device}"'
+
+
+def _available(kind: str, p: Probe, platform: Platform) -> bool:
+    if kind == "cuda":
+        return p.cuda
+    if kind == "mps":
+        return p.mps
+    if kind == "xla":
+        # torch_xla on a CPU is a real XLA device, but only worth it where the platform is
+        # an XLA one (the TPU notebook run in CI); elsewhere XLA must mean a real TPU.
+        return p.xla_installed and (platform.accelerator == "xla" or p.xla_device_type == "TPU")
+    return kind == "cpu"
+
+
+def _auto(p: Probe, platform: Platform, skip: set[str]) -> tuple[str, str]:
+    first = platform.accelerator
+    order = [first] + [k for k in ("cuda", "xla", "mps") if k != first]
+    for kind in order:
+        if kind not in skip and _available(kind, p, platform):
+            if kind == platform.accelerator:
+                return kind, f"the {platform.title} notebook's accelerator is available"
+            return kind, f"no {platform.accelerator} here ({platform.title} notebook); using {kind}"
+    why = f"no {platform.accelerator} here and no other accelerator"
+    if skip:
+        why += f" ({', '.join(sorted(skip))} switched off)"
+    return "cpu", f"{why}: the {platform.title} notebook falls back to the CPU"
+
+
+def choose_device(
+    device: str,
+    platform: Platform,
+    p: Probe | None = None,
+    environ: dict | None = None,
+) -> DeviceChoice:
+    """Resolve `device` ("auto" or a kind) on this machine for a `platform` notebook."""
+    environ = os.environ if environ is None else environ
+    kind, source = _requested(device, environ)
+    skip = {k for k, env in (("cuda", NO_CUDA_ENV), ("mps", NO_MPS_ENV)) if environ.get(env)}
+    if p is None:
+        p = probe(ask_xla=(kind in ("auto", "xla")) and platform.accelerator != "xla")
+    if kind == "auto":
+        kind, reason = _auto(p, platform, skip)
+    else:
+        if not _available(kind, p, platform) and not (kind == "xla" and p.xla_installed):
+            raise DeviceError(
+                f"{source} was requested but no {kind} device is available on this machine; "
+                f'set DEVICE = "auto" to use the best available device, or DEVICE = "cpu".'
+            )
+        reason = f"requested by {source}"
+    if kind == "cuda":
+        cuda_preflight(p)
+    return DeviceChoice(
+        type=kind,
+        reason=reason,
+        precision=choose_precision(kind, p),
+        pin_memory=kind == "cuda",  # pinning warns on MPS and does nothing for XLA/CPU
+        drop_last=kind == "xla",  # a short last batch is a new shape: a recompile on XLA
+        # A CPU fallback run is a smoke/CI run: worker processes only add start-up time there.
+        num_workers=platform.num_workers if kind != "cpu" else 0,
+    )

@@ -1,0 +1,100 @@
+"""Metrics kept on the device during an epoch and read once, in `compute()`.
+
+A host read inside the step stalls a GPU and cuts an XLA graph, so `update()` only does
+tensor arithmetic; `compute()` is called once per epoch. The history of a run is a list of
+plain dicts, written as `metrics.jsonl` (one JSON object per epoch).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+
+class Metric(Protocol):
+    def reset(self) -> None: ...
+
+    def update(self, output, target) -> None: ...
+
+    def compute(self) -> dict[str, float]: ...
+
+
+def _logits(output):
+    """Models may return (main_output, extras); metrics judge the main output."""
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+class Accuracy:
+    """Top-1 accuracy over an epoch: correct / seen, summed on the device."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.correct = self.seen = None
+
+    def update(self, output, target) -> None:
+        hits = (_logits(output).argmax(dim=-1) == target).sum()
+        n = torch.tensor(target.shape[0], device=target.device)
+        self.correct = hits if self.correct is None else self.correct + hits
+        self.seen = n if self.seen is None else self.seen + n
+
+    def compute(self) -> dict[str, float]:
+        if self.seen is None:
+            return {"accuracy": float("nan")}
+        return {"accuracy": float(self.correct) / float(self.seen)}
+
+
+class ConfusionMatrix:
+    """Counts (target, prediction) pairs on the device; `matrix()` returns a CPU tensor."""
+
+    def __init__(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+        self.reset()
+
+    def reset(self) -> None:
+        self.counts = None
+
+    def update(self, output, target) -> None:
+        pred = _logits(output).argmax(dim=-1)
+        flat = target.long() * self.num_classes + pred.long()
+        c = torch.bincount(flat, minlength=self.num_classes**2)
+        self.counts = c if self.counts is None else self.counts + c
+
+    def matrix(self) -> torch.Tensor:
+        n = self.num_classes
+        if self.counts is None:
+            return torch.zeros(n, n, dtype=torch.long)
+        return self.counts.detach().cpu().view(n, n)
+
+    def compute(self) -> dict[str, float]:
+        m = self.matrix().double()
+        per_class = m.diag() / m.sum(1).clamp(min=1)
+        return {"balanced_accuracy": float(per_class.mean())}
+
+
+def finite(record: dict) -> bool:
+    """True when every float in a metrics record is finite."""
+    return all(math.isfinite(v) for v in record.values() if isinstance(v, float))
+
+
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    """Rewrite the whole history atomically (a kill never leaves half a line)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        for r in records:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,107 @@
+"""Platform profiles (what each rendered notebook targets) and runtime detection.
+
+A profile says what a platform *should* have; `lib.device` decides what the machine really
+has. Paths here are where data and outputs live on that runtime, so a Colab run writes to
+Drive and survives a disconnect.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Default batch sizes per workload, tuned to the accelerator's memory (T4/P100 16 GB,
+# v5e-1 16 GB HBM, a Mac's unified memory shared with the OS).
+_BATCH = {
+    "colab_t4": {"fashion_mnist": 256, "optimizer_study": 256, "mamba_spike": 16, "mshnet": 8},
+    "colab_tpu": {"fashion_mnist": 512, "optimizer_study": 512, "mamba_spike": 32, "mshnet": 16},
+    "kaggle_p100": {"fashion_mnist": 256, "optimizer_study": 256, "mamba_spike": 16, "mshnet": 8},
+    "local_mps": {"fashion_mnist": 128, "optimizer_study": 128, "mamba_spike": 8, "mshnet": 4},
+}
+# Multi-device platforms share the single-device tables per device.
+_BATCH["kaggle_t4x2"] = dict(_BATCH["colab_t4"])
+_BATCH["kaggle_tpu"] = dict(_BATCH["colab_tpu"])
+
+DRIVE_MOUNT_ENV = "TA_COLAB_DRIVE"  # where Drive is mounted; tests point it at a temp dir
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What a platform notebook targets: runtime, accelerator, defaults and badges."""
+
+    name: str
+    title: str
+    runtime: str  # "colab" | "kaggle" | "local"
+    accelerator: str  # "cuda" | "xla" | "mps"
+    gpu: str  # marketing name shown to users, e.g. "Tesla T4"
+    session_hours: float | None  # hard session limit, for the ETA warning
+    num_workers: int
+    devices: int = 1
+    batch_sizes: dict[str, int] = field(default_factory=dict)
+
+    def batch_size(self, workload: str) -> int:
+        """Default batch size (per device) of `workload` on this platform."""
+        if workload not in self.batch_sizes:
+            raise ValueError(
+                f"no default batch size for workload {workload!r} on {self.name}; "
+                f"known workloads: {sorted(self.batch_sizes)}. Set BATCH_SIZE explicitly."
+            )
+        return self.batch_sizes[workload]
+
+
+PLATFORMS: dict[str, Platform] = {
+    p.name: p
+    for p in [
+        Platform("colab_t4", "Colab T4", "colab", "cuda", "Tesla T4", 12.0, 2,
+                 batch_sizes=_BATCH["colab_t4"]),
+        Platform("colab_tpu", "Colab TPU", "colab", "xla", "TPU v5e-1", 12.0, 2,
+                 batch_sizes=_BATCH["colab_tpu"]),
+        Platform("kaggle_p100", "Kaggle P100", "kaggle", "cuda", "Tesla P100", 12.0, 2,
+                 batch_sizes=_BATCH["kaggle_p100"]),
+        Platform("local_mps", "Local Mac (MPS)", "local", "mps", "Apple Silicon", None, 0,
+                 batch_sizes=_BATCH["local_mps"]),
+    ]
+}
+
+
+def get_platform(name: str) -> Platform:
+    """The profile called `name`, or one clear error listing the valid names."""
+    if name not in PLATFORMS:
+        raise ValueError(
+            f"unknown PLATFORM {name!r}; expected one of {sorted(PLATFORMS)}. "
+            "Use the notebook rendered for your platform under notebooks/<platform>/, "
+            "or set PLATFORM to one of these names."
+        )
+    return PLATFORMS[name]
+
+
+def detect_runtime(environ: dict | None = None, modules: dict | None = None) -> str:
+    """Which hosted runtime this process is in: "colab", "kaggle" or "local"."""
+    environ = os.environ if environ is None else environ
+    modules = sys.modules if modules is None else modules
+    if "google.colab" in modules or "COLAB_RELEASE_TAG" in environ:
+        return "colab"
+    if "KAGGLE_KERNEL_RUN_TYPE" in environ:
+        return "kaggle"
+    return "local"
+
+
+def drive_root() -> Path:
+    """Where Google Drive is (to be) mounted on Colab."""
+    return Path(os.environ.get(DRIVE_MOUNT_ENV, "/content/drive"))
+
+
+def default_dirs(workload: str, runtime: str) -> tuple[Path, Path]:
+    """(data_dir, out_dir) for `workload` on `runtime` when the notebook leaves them None.
+
+    Colab keeps both on Drive so a disconnect loses nothing; Kaggle reads attached datasets
+    from /kaggle/input (read-only) but downloads into /kaggle/working; locally ./data, ./runs.
+    """
+    if runtime == "colab":
+        base = drive_root() / "MyDrive" / "train-anywhere"
+        return base / "data", base / "runs" / workload
+    if runtime == "kaggle":
+        return Path("/kaggle/working/data"), Path("/kaggle/working/runs") / workload
+    return Path("data"), Path("runs") / workload

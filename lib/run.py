@@ -1,0 +1,138 @@
+"""One run folder: config, checkpoints, metrics.jsonl, TensorBoard, progress and ETA.
+
+Layout of `out_dir`: `config.json`, `checkpoints/`, `metrics.jsonl` (one record per epoch,
+rewritten from the checkpoint's history on resume so no epoch is duplicated or missing),
+`tb/` (TensorBoard), and whatever plots the notebook saves. Only the main rank writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from lib.checkpoint import Checkpoints
+from lib.metrics import write_jsonl
+
+
+class _NoBar:
+    def update(self, n=1):
+        pass
+
+    def set_postfix(self, *a, **k):
+        pass
+
+    def close(self):
+        pass
+
+
+def check_writable(out_dir: Path) -> Path:
+    """Create `out_dir` or fail with one message saying what is wrong and what to do."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"OUT_DIR {str(out_dir)!r} is a file, not a folder; set OUT_DIR "
+                         "to a folder path (it is created if missing).")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"OUT_DIR {str(out_dir)!r} is not writable ({exc.strerror}); set "
+                         "OUT_DIR to a folder you can write to.") from None
+    return out_dir
+
+
+def _durable(path: Path) -> None:
+    """Push a finished file through the OS cache (Drive's FUSE mount syncs on fsync)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Run:
+    """The outputs of one training run, written by the main rank only."""
+
+    def __init__(self, out_dir: Path, workload: str, config: dict, model_config: dict,
+                 session_hours: float | None = None, main: bool = True,
+                 tensorboard: bool = True, progress: bool = True) -> None:
+        self.dir = check_writable(out_dir) if main else Path(out_dir)
+        self.main, self.session_hours = main, session_hours
+        self.config = config
+        self.metrics_path = self.dir / "metrics.jsonl"
+        self.checkpoints = Checkpoints(self.dir / "checkpoints", workload, model_config,
+                                       after_write=_durable, log=self.log)
+        self._tb_enabled, self._progress_enabled = tensorboard, progress
+        self.tb = None
+        self.history: list[dict] = []
+        self.eta_warned = False
+
+    def log(self, message: str) -> None:
+        if self.main:
+            from tqdm.auto import tqdm
+
+            tqdm.write(message)
+
+    def begin(self, history: list[dict], start_epoch: int) -> None:
+        """Write config.json and the resumed history; open TensorBoard past `start_epoch`."""
+        self.history = list(history)
+        if not self.main:
+            return
+        (self.dir / "config.json").write_text(json.dumps(self.config, indent=2, sort_keys=True))
+        write_jsonl(self.metrics_path, self.history)
+        if self._tb_enabled:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step drops events a killed run logged after its last checkpoint.
+            self.tb = SummaryWriter(str(self.dir / "tb"), purge_step=start_epoch + 1)
+
+    def progress(self, total: int):
+        if not (self.main and self._progress_enabled):
+            return _NoBar()
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc="training", unit="batch", mininterval=1.0, dynamic_ncols=True)
+
+    def save(self, state: dict, epoch: int, batch: int, best: bool = False) -> None:
+        if self.main:
+            self.checkpoints.save(state, epoch, batch, best=best)
+
+    def end_epoch(self, record: dict, epochs: int, progress) -> None:
+        """Append the record to metrics.jsonl and TensorBoard; report it with an ETA."""
+        self.history.append(record)
+        if not self.main:
+            return
+        write_jsonl(self.metrics_path, self.history)
+        if self.tb is not None:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k != "epoch":
+                    self.tb.add_scalar(k, v, record["epoch"])
+            self.tb.flush()
+        left = epochs - record["epoch"]
+        eta_h = left * record["seconds"] / 3600
+        shown = {k: round(v, 4) for k, v in record.items()
+                 if isinstance(v, float) and k not in ("seconds",)}
+        progress.set_postfix(loss=shown.get("train_loss"), refresh=False)
+        self.log(f"epoch {record['epoch']}/{epochs} {shown} | "
+                 f"{record['samples_per_s']:.0f} samples/s | ETA {_hours(eta_h)}")
+        self._warn_eta(eta_h, record["epoch"])
+
+    def _warn_eta(self, eta_h: float, done: int) -> None:
+        if self.eta_warned or self.session_hours is None or eta_h <= self.session_hours:
+            return
+        self.eta_warned = True
+        self.log(f"WARNING: the remaining {_hours(eta_h)} exceed this platform's "
+                 f"{self.session_hours:.0f} h session limit. Reduce EPOCHS, or keep going: "
+                 "checkpoints are saved every epoch, so re-running the notebook after a "
+                 f"disconnect resumes from epoch {done}.")
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
+
+
+def _hours(h: float) -> str:
+    return f"{h * 60:.1f} min" if h < 1 else f"{h:.1f} h"

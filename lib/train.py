@@ -1,0 +1,273 @@
+"""The training loop: `train_one_epoch`, `evaluate`, `fit`, each returning plain dicts.
+
+Workloads differ only in what they pass in (model, loss, metrics, loaders); devices differ
+only inside `Backend` (autocast, scaler, XLA step and loader hooks). Metrics stay on the
+device during an epoch and are read once at its end. `fit` resumes from the newest good
+checkpoint of the run folder, saves every epoch and every few minutes, and writes
+`metrics.jsonl`, TensorBoard scalars and a progress bar with an ETA.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from lib.device import DeviceChoice
+from lib.run import Run
+
+
+class Backend:
+    """Device-specific pieces of a step: autocast, gradient scaling, XLA hooks."""
+
+    def __init__(self, choice: DeviceChoice) -> None:
+        self.choice = choice
+        self.device = choice.torch_device
+        self.is_xla = choice.type == "xla"
+        self.dtype = choice.precision.dtype
+        self.scaler = torch.amp.GradScaler(choice.type) if choice.precision.scaler else None
+
+    def autocast(self):
+        if self.dtype is None:
+            return nullcontext()
+        return torch.autocast(device_type=self.choice.type, dtype=self.dtype)
+
+    def loader(self, loader):
+        if self.is_xla:
+            from lib import xla
+
+            return xla.wrap_loader(loader, self.device)
+        return loader
+
+    def to_device(self, batch):
+        if self.is_xla:  # MpDeviceLoader already moved it
+            return batch
+        nb = self.choice.pin_memory
+        return [b.to(self.device, non_blocking=nb) if torch.is_tensor(b) else b for b in batch]
+
+    def backward_step(self, loss, model, optimizer, clip_grad: float | None) -> None:
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(optimizer)
+        else:
+            loss.backward()
+        if clip_grad:
+            nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
+        if self.scaler is not None:
+            self.scaler.step(optimizer)
+            self.scaler.update()
+        elif self.is_xla:
+            from lib import xla
+
+            xla.optimizer_step(optimizer)
+            xla.sync()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def epoch_stats(self) -> dict:
+        if self.is_xla:
+            from lib import xla
+
+            return {"xla_compiles": xla.compile_count()}
+        return {}
+
+
+@dataclass
+class Task:
+    """What a workload passes to the loop."""
+
+    model: nn.Module
+    loss_fn: Callable
+    optimizer: torch.optim.Optimizer
+    metrics: Callable[[], Sequence] = list  # factory of fresh eval metrics
+    scheduler: object | None = None
+    scheduler_interval: str = "epoch"  # "step" or "epoch"
+    clip_grad: float | None = None
+    monitor: str = "test_accuracy"  # which record key picks best.pt
+    monitor_mode: str = "max"
+    extra_state: dict = field(default_factory=dict)
+
+
+def _batch_limit(loader, max_batches: int | None) -> int:
+    return len(loader) if max_batches is None else min(len(loader), max_batches)
+
+
+def _set_epoch(task: Task, epoch: int) -> None:
+    if hasattr(task.loss_fn, "set_epoch"):
+        task.loss_fn.set_epoch(epoch)
+
+
+def _io(batch):
+    """Split a batch into (inputs, target): the last element is the target."""
+    return (batch[0] if len(batch) == 2 else batch[:-1]), batch[-1]
+
+
+def train_one_epoch(task: Task, loader, backend: Backend, epoch: int, *, start_batch: int = 0,
+                    max_batches: int | None = None, partial=None, on_step=None) -> dict:
+    """One pass over `loader` from `start_batch`; returns train_loss and sample counts."""
+    model, n_batches = task.model, _batch_limit(loader, max_batches)
+    model.train()
+    _set_epoch(task, epoch)
+    loader.sampler.set_epoch(epoch, start_batch * loader.batch_size)
+    loss_sum = torch.zeros((), device=backend.device)
+    seen = 0
+    if partial:  # sums carried over from a mid-epoch checkpoint
+        loss_sum += partial["loss_sum"]
+        seen = partial["seen"]
+    for i, batch in enumerate(backend.loader(loader), start=start_batch):
+        if i >= n_batches:
+            break
+        inputs, target = _io(backend.to_device(batch))
+        with backend.autocast():
+            loss = task.loss_fn(model(inputs), target)
+        backend.backward_step(loss, model, task.optimizer, task.clip_grad)
+        if task.scheduler is not None and task.scheduler_interval == "step":
+            task.scheduler.step()
+        loss_sum += loss.detach().float() * target.shape[0]
+        seen += target.shape[0]
+        if on_step is not None:
+            on_step(i + 1, loss_sum, seen)
+    return {"train_loss": float(loss_sum) / max(seen, 1), "train_samples": seen}
+
+
+@torch.no_grad()
+def evaluate(task: Task, loader, backend: Backend, max_batches: int | None = None,
+             metrics: Sequence | None = None) -> dict:
+    """Loss and metrics over `loader`, prefixed `test_`; `metrics` overrides the task's."""
+    model, n_batches = task.model, _batch_limit(loader, max_batches)
+    model.eval()
+    metrics = list(task.metrics()) if metrics is None else metrics
+    loss_sum, seen = torch.zeros((), device=backend.device), 0
+    loader.sampler.set_epoch(0)
+    for i, batch in enumerate(backend.loader(loader)):
+        if i >= n_batches:
+            break
+        inputs, target = _io(backend.to_device(batch))
+        with backend.autocast():
+            output = model(inputs)
+            loss_sum += task.loss_fn(output, target).detach().float() * target.shape[0]
+        seen += target.shape[0]
+        for m in metrics:
+            m.update(output, target)
+    out = {"test_loss": float(loss_sum) / max(seen, 1)}
+    for m in metrics:
+        out.update({f"test_{k}": v for k, v in m.compute().items()})
+    return out
+
+
+def evaluate_on(task: Task, loader, choice: DeviceChoice, metrics: Sequence,
+                max_batches: int | None = None) -> dict:
+    """`evaluate` with the caller's metric objects (e.g. to read a confusion matrix after)."""
+    return evaluate(task, loader, Backend(choice), max_batches, metrics=metrics)
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate((3, tuple(state["python"]), None))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _state(task: Task, backend: Backend, history: list, best: float | None, partial=None) -> dict:
+    return {
+        "model": task.model.state_dict(),
+        "optimizer": task.optimizer.state_dict(),
+        "scheduler": task.scheduler.state_dict() if task.scheduler is not None else None,
+        "scaler": backend.scaler.state_dict() if backend.scaler is not None else None,
+        "rng": _rng_state(),
+        "history": history,
+        "best": best,
+        "partial": partial,
+        "extra": task.extra_state,
+    }
+
+
+def _restore(task: Task, backend: Backend, state: dict) -> None:
+    task.model.load_state_dict(state["model"])
+    task.optimizer.load_state_dict(state["optimizer"])
+    if task.scheduler is not None and state["scheduler"] is not None:
+        task.scheduler.load_state_dict(state["scheduler"])
+    if backend.scaler is not None and state["scaler"] is not None:
+        backend.scaler.load_state_dict(state["scaler"])
+    task.extra_state.update(state.get("extra") or {})
+    _set_rng_state(state["rng"])
+
+
+def _improved(task: Task, value: float, best: float | None) -> bool:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return False
+    if best is None:
+        return True
+    return value > best if task.monitor_mode == "max" else value < best
+
+
+def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, epochs: int,
+        *, max_batches: int | None = None, checkpoint_minutes: float = 10.0,
+        on_epoch: Callable[[dict], None] | None = None) -> list[dict]:
+    """Train for `epochs` (resuming from `run`'s newest good checkpoint); return the history.
+
+    `max_batches` caps train and eval batches per epoch (smoke mode). Each epoch record has
+    `epoch` (1-based, epochs done), the train/test dicts, `lr`, `seconds`, `samples_per_s`,
+    `device` and, on XLA, `xla_compiles`.
+    """
+    backend = Backend(choice)
+    task.model.to(backend.device)
+    history, best, start_epoch, start_batch, partial = [], None, 0, 0, None
+    state = run.checkpoints.latest()
+    if state is not None:
+        _restore(task, backend, state)
+        history, best, partial = state["history"], state["best"], state["partial"]
+        start_epoch, start_batch = state["position"]
+        run.log(f"resumed from {run.checkpoints.dir / 'ckpt'}… at epoch {start_epoch}, "
+                f"batch {start_batch} ({len(history)} epochs in the history)")
+    run.begin(history, start_epoch)
+    if start_epoch >= epochs:
+        run.log(f"nothing to do: the checkpoint has {start_epoch} of {epochs} epochs")
+        return history
+    n_train = _batch_limit(train_loader, max_batches)
+    progress = run.progress(total=(epochs - start_epoch) * n_train - start_batch)
+    last_save = [time.monotonic()]
+
+    def on_step(batch_done: int, loss_sum, seen: int) -> None:
+        progress.update(1)
+        if time.monotonic() - last_save[0] >= checkpoint_minutes * 60 and batch_done < n_train:
+            part = {"loss_sum": float(loss_sum), "seen": seen}
+            run.save(_state(task, backend, history, best, part), epoch, batch_done)
+            last_save[0] = time.monotonic()
+
+    for epoch in range(start_epoch, epochs):
+        t0 = time.perf_counter()
+        record = {"epoch": epoch + 1, "lr": task.optimizer.param_groups[0]["lr"]}
+        record.update(train_one_epoch(task, train_loader, backend, epoch, start_batch=start_batch,
+                                      max_batches=max_batches, partial=partial, on_step=on_step))
+        train_seconds = time.perf_counter() - t0
+        record.update(evaluate(task, eval_loader, backend, max_batches))
+        if task.scheduler is not None and task.scheduler_interval == "epoch":
+            task.scheduler.step()
+        record.update(backend.epoch_stats(), device=choice.type, seconds=time.perf_counter() - t0,
+                      samples_per_s=record["train_samples"] / max(train_seconds, 1e-9))
+        history.append(record)
+        is_best = _improved(task, record.get(task.monitor), best)
+        best = record.get(task.monitor) if is_best else best
+        run.save(_state(task, backend, history, best), epoch + 1, 0, best=is_best)
+        last_save[0] = time.monotonic()
+        run.end_epoch(record, epochs, progress)
+        if on_epoch is not None:
+            on_epoch(record)
+        start_batch, partial = 0, None
+    progress.close()
+    return history

@@ -1,0 +1,103 @@
+"""Every torch_xla call of the project, imported lazily.
+
+Machines without torch_xla never import it (it costs seconds and, without a TPU, logs that
+it defaults to the CPU). Names are torch_xla 2.9's: `torch_xla.device()`, `torch_xla.sync()`,
+`torch_xla.runtime.world_size()`; `xm.optimizer_step`, `xm.save`, `xm.add_step_closure`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+
+def installed() -> bool:
+    """True when torch_xla can be imported (no import happens here)."""
+    return importlib.util.find_spec("torch_xla") is not None
+
+
+@functools.cache
+def _tx():
+    import torch_xla  # noqa: F401  (registers the xla device)
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+    return torch_xla, xm, xr
+
+
+def device_type() -> str:
+    """The PJRT device behind XLA ("TPU", "CPU", ...), or "" when it cannot start."""
+    try:
+        _, _, xr = _tx()
+        return str(xr.device_type() or "")
+    except (ImportError, RuntimeError, OSError):
+        return ""
+
+
+def device():
+    torch_xla, _, _ = _tx()
+    return torch_xla.device()
+
+
+def sync() -> None:
+    """Cut the lazy graph here and run it (the old `xm.mark_step()`)."""
+    torch_xla, _, _ = _tx()
+    torch_xla.sync()
+
+
+def optimizer_step(optimizer) -> None:
+    """Step (all-reducing gradients across replicas first when there are several)."""
+    _, xm, _ = _tx()
+    xm.optimizer_step(optimizer)
+
+
+def wrap_loader(loader, dev):
+    """A loader that moves batches to the XLA device in a background thread."""
+    import torch_xla.distributed.parallel_loader as pl
+
+    return pl.MpDeviceLoader(loader, dev)
+
+
+def add_step_closure(fn, args=()) -> None:
+    """Run `fn(*args)` once the step's graph has executed (no extra host sync)."""
+    _, xm, _ = _tx()
+    xm.add_step_closure(fn, args=args)
+
+
+def world_size() -> int:
+    _, _, xr = _tx()
+    return xr.world_size()
+
+
+def ordinal() -> int:
+    _, _, xr = _tx()
+    return xr.global_ordinal()
+
+
+def is_master() -> bool:
+    _, xm, _ = _tx()
+    return xm.is_master_ordinal()
+
+
+def all_reduce_sum(tensor):
+    _, xm, _ = _tx()
+    return xm.all_reduce(xm.REDUCE_SUM, tensor)
+
+
+def wait_device_ops() -> None:
+    _, xm, _ = _tx()
+    xm.wait_device_ops()
+
+
+def compile_count() -> int:
+    """Cumulative XLA graph compilations in this process (proof that shapes are static)."""
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    return int(data[0]) if data else 0
+
+
+def launch(fn, args=(), start_method: str = "fork") -> None:
+    """Run `fn(index, *args)` on every XLA device; fork so notebook-defined fns work."""
+    torch_xla, _, _ = _tx()
+    torch_xla.launch(fn, args=args, start_method=start_method)

@@ -1,0 +1,94 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Fashion-MNIST quickstart
+#
+# A small CNN (after pytorch/examples' MNIST script) on Fashion-MNIST: 60,000 28×28
+# greyscale clothes images in 10 classes. The same notebook runs on a Colab T4 or TPU, a
+# Kaggle P100 and an Apple-Silicon Mac; only the cells above the parameters differ.
+#
+# * **Resume is automatic**: re-run the notebook after a disconnect and training continues
+#   from the newest checkpoint in `OUT_DIR` (on Colab that folder is on your Drive).
+# * `SMOKE = True` trains a few batches per epoch (seconds); `SAMPLE_DATA = True` uses a
+#   small offline sample in the real file format instead of downloading the dataset.
+
+# %% tags=["parameters"]
+PLATFORM = "local_mps"  # which notebook this is (written by build_notebooks.py)
+DEVICE = "auto"  # "auto", "cuda", "xla", "mps" or "cpu"
+DATA_DIR = None  # None: the platform's default (Drive on Colab, ./data locally)
+OUT_DIR = None  # None: the platform's default (Drive on Colab, ./runs locally)
+SAMPLE_DATA = False  # True: write and use a small offline sample in the real format
+SMOKE = False  # True: a few batches per epoch, for a quick check
+EPOCHS = 14  # passes over the training set
+BATCH_SIZE = None  # None: the platform's default
+LR = 1.0  # Adadelta learning rate
+GAMMA = 0.7  # learning-rate decay per epoch (StepLR)
+SEED = 1  # fixes initialisation, shuffling and dropout
+CHECKPOINT_MINUTES = 10.0  # also save mid-epoch this often
+
+# %%
+from lib.workloads.fashion_mnist import FashionConfig
+
+cfg = FashionConfig.from_params(globals())
+print(cfg)
+
+# %% [markdown]
+# ## Device and data
+
+# %%
+from lib import session
+
+s = session.start(cfg)
+
+# %%
+from lib.data import fashion
+from lib.data.common import make_loader
+from lib.plots import image_grid
+
+train_set, test_set, info = fashion.build_datasets(s.data_dir, cfg.sample_data)
+print(f"{info['train_size']} training and {info['test_size']} test images from {info['root']}")
+train_loader = make_loader(train_set, s.batch_size, s.choice, train=True, seed=cfg.seed)
+test_loader = make_loader(test_set, s.batch_size, s.choice, train=False, seed=cfg.seed)
+image_grid(*fashion.example_grid(train_set));
+
+# %% [markdown]
+# ## Model and training
+
+# %%
+from lib.train import fit
+from lib.workloads.fashion_mnist import build_task
+
+task, model_config = build_task(cfg, s.device)
+run = s.open_run(model_config)
+print(f"{sum(p.numel() for p in task.model.parameters()):,} parameters; outputs in {run.dir}")
+history = fit(task, train_loader, test_loader, s.choice, run, cfg.epochs,
+              max_batches=s.max_batches, checkpoint_minutes=cfg.checkpoint_minutes)
+run.close()
+
+# %% [markdown]
+# ## Results
+
+# %%
+from lib.bootstrap import show_tensorboard
+from lib.metrics import ConfusionMatrix
+from lib.plots import confusion_matrix, training_curves
+from lib.train import evaluate_on
+
+training_curves(history, run.dir / "curves.png");
+cm = ConfusionMatrix(info["num_classes"])
+evaluate_on(task, test_loader, s.choice, [cm], s.max_batches)
+confusion_matrix(cm.matrix(), info["classes"], run.dir / "confusion.png");
+print(f"test accuracy {history[-1]['test_accuracy']:.4f} after {history[-1]['epoch']} epochs")
+show_tensorboard(run.dir / "tb", s.runtime)
+
+# %%
+from lib.bootstrap import finish
+
+print("outputs:", *sorted(p.name for p in run.dir.iterdir()))
+finish(s.runtime)
