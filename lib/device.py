@@ -77,7 +77,6 @@ class DeviceChoice:
     reason: str
     precision: Precision
     pin_memory: bool
-    drop_last: bool
     num_workers: int
     world_size: int = 1
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -214,7 +213,6 @@ def choose_device(
         reason=reason,
         precision=choose_precision(kind, p),
         pin_memory=kind == "cuda",  # pinning warns on MPS and does nothing for XLA/CPU
-        drop_last=kind == "xla",  # a short last batch is a new shape: a recompile on XLA
         # A CPU fallback run is a smoke/CI run: worker processes only add start-up time there.
         num_workers=platform.num_workers if kind != "cpu" else 0,
     )

@@ -1,0 +1,59 @@
+# Two commands do all the set-up on a fresh machine (Python 3.11 + pip): `make demo`, `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch is pinned here, not in pyproject.toml: Colab/Kaggle/TPU runtimes ship their own build.
+TORCH := torch==2.14.1 torchvision==0.29.1
+# The XLA lane: torch_xla X.Y needs torch X.Y exactly; never the [tpu] extra on a CPU machine.
+XLA_VENV ?= .venv-xla
+XLA_PY := $(XLA_VENV)/bin/python
+XLA_TORCH := torch==2.9.0 torchvision==0.24.0 torch-xla==2.9.0
+JOBS ?= 2
+
+.PHONY: install install-xla demo test test-main test-xla lint notebooks check bench clean
+
+install: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install-xla: $(XLA_VENV)/.installed
+$(XLA_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(XLA_VENV)
+	$(XLA_PY) -m pip install --quiet --upgrade pip
+	$(XLA_PY) -m pip install --quiet $(XLA_TORCH)
+	$(XLA_PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+notebooks: install
+	$(PY) build_notebooks.py
+
+check: install
+	$(PY) build_notebooks.py --check
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+demo: install
+	$(PY) build_notebooks.py
+	$(PY) -m lib.demo
+
+# The whole suite: lint, --check, unit and notebook tests, then the XLA lane.
+test: test-main test-xla
+
+test-main: install
+	$(VENV)/bin/ruff check .
+	$(PY) build_notebooks.py --check
+	$(PY) -m pytest -n $(JOBS) -m "not xla" tests
+
+test-xla: install-xla
+	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -n $(JOBS) -m xla tests
+
+bench: install
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) $(XLA_VENV) runs demo

@@ -1,0 +1,57 @@
+"""What the generated bootstrap cell does per runtime (the notebook run is in test_notebooks)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lib import bootstrap
+
+
+def test_only_missing_requirements_are_installed_never_torch(capsys):
+    present = {"tqdm", "matplotlib", "scipy"}
+    calls = []
+    installed = bootstrap.install_missing(
+        run=lambda cmd, check: calls.append(cmd),
+        find_spec=lambda name: object() if name in present else None)
+    assert "tqdm>=4.66" not in installed and "tonic>=1.5" in installed
+    assert len(calls) == 1 and calls[0][1:4] == ["-m", "pip", "install"]
+    assert not any(a.split(">")[0].split("=")[0] in ("torch", "torchvision") for a in calls[0])
+    # The printed command quotes each requirement (an unquoted '>' is a shell redirect).
+    assert "'tonic>=1.5'" in capsys.readouterr().out
+
+
+def test_nothing_is_installed_when_everything_is_there():
+    calls = []
+    assert bootstrap.install_missing(run=lambda *a, **k: calls.append(a),
+                                     find_spec=lambda name: object()) == []
+    assert calls == []
+
+
+def test_xla_version_pair_is_checked():
+    versions = {"torch": "2.10.0", "torch_xla": "2.9.0"}
+    problem = bootstrap.xla_version_problem(version=versions.__getitem__)
+    assert "torch 2.10.0 and torch_xla 2.9.0 do not match" in problem
+    versions["torch"] = "2.9.0+cpu"
+    assert bootstrap.xla_version_problem(version=versions.__getitem__) is None
+
+
+def test_local_prepare_sets_the_mps_fallback_and_changes_to_the_project(tmp_path, monkeypatch):
+    env = {}
+    monkeypatch.chdir(tmp_path)
+    root = os.getcwd()
+    assert bootstrap.prepare("local_mps", tmp_path, environ=env) == "local"
+    assert env["PYTORCH_ENABLE_MPS_FALLBACK"] == "1"
+    assert os.getcwd() == root
+
+
+def test_unknown_platform_in_bootstrap_is_clear(tmp_path):
+    with pytest.raises(ValueError, match="unknown PLATFORM 'colab_v100'"):
+        bootstrap.prepare("colab_v100", tmp_path, environ={})
+
+
+def test_bootstrap_module_does_not_import_torch():
+    code = "import sys, lib.bootstrap; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"  # else PYTORCH_ENABLE_MPS_FALLBACK comes too late

@@ -1,0 +1,125 @@
+"""build_notebooks.py: per-platform header, bootstrap, metadata, badges, determinism, --check."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import build_notebooks as bn
+from lib.platforms import PLATFORMS
+
+ROOT = Path(__file__).resolve().parent.parent
+CFG = {"repository": "someone/fork", "branch": "dev", "kaggle_user": "someone"}
+SOURCE = ROOT / "notebooks_src" / "fashion_mnist.py"
+
+
+def rendered(platform):
+    return nbformat.reads(bn.render(SOURCE, PLATFORMS[platform], CFG), as_version=4)
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A copy of what the builder reads, to break on purpose."""
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "notebooks_src", tmp_path / "notebooks_src")
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    return tmp_path
+
+
+@pytest.mark.parametrize("platform,accelerator,gpu_type", [
+    ("colab_t4", "GPU", "T4"), ("colab_tpu", "TPU", "V5E1")])
+def test_colab_metadata(platform, accelerator, gpu_type):
+    meta = rendered(platform).metadata
+    assert meta["accelerator"] == accelerator
+    assert meta["colab"] == {"provenance": [], "gpuType": gpu_type}
+    assert meta["kernelspec"]["name"] == "python3" and "kaggle" not in meta
+
+
+def test_kaggle_metadata_and_kernel_push_file():
+    meta = rendered("kaggle_p100").metadata
+    assert meta["kaggle"]["accelerator"] == "nvidiaTeslaP100"
+    assert meta["kaggle"]["isInternetEnabled"] is True and "accelerator" not in meta
+    push = json.loads(bn.kernel_metadata("fashion_mnist", PLATFORMS["kaggle_p100"], CFG))
+    assert push["machine_shape"] == "NvidiaTeslaP100" and push["enable_gpu"] is True
+    assert push["id"] == "someone/fashion-mnist-kaggle-p100"
+    assert push["code_file"] == "../../fashion_mnist.ipynb"
+
+
+def test_local_notebook_has_no_hosted_metadata():
+    meta = rendered("local_mps").metadata
+    assert set(meta) == {"kernelspec", "language_info"}
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_header_bootstrap_and_parameters(platform):
+    nb = rendered(platform)
+    header, boot = nb.cells[0], nb.cells[1]
+    assert "notebooks_src/fashion_mnist.py" in header.source
+    assert PLATFORMS[platform].title in header.source
+    assert f'prepare("{platform}", root)' in boot.source
+    assert '"someone/fork", "dev"' in boot.source  # clone target from the one setting
+    params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1
+    assert f'PLATFORM = "{platform}"' in params[0].source
+    assert all(c.get("outputs", []) == [] and c.get("execution_count") is None
+               for c in nb.cells if c.cell_type == "code")
+    assert nb.nbformat == 4 and nb.nbformat_minor == 5
+    nbformat.validate(nb)
+
+
+def test_badges_point_at_the_configured_fork():
+    colab = rendered("colab_t4").cells[0].source
+    assert ("https://colab.research.google.com/github/someone/fork/blob/dev/notebooks/colab_t4/"
+            "fashion_mnist.ipynb") in colab
+    kaggle = rendered("kaggle_p100").cells[0].source
+    assert ("https://kaggle.com/kernels/welcome?src=https://github.com/someone/fork/blob/dev/"
+            "notebooks/kaggle_p100/fashion_mnist.ipynb") in kaggle
+    table = bn.badge_table(["fashion_mnist"], CFG)
+    assert table.count("colab-badge.svg") == 2 and table.count("open-in-kaggle.svg") == 1
+
+
+def test_rendering_is_byte_stable():
+    for platform in PLATFORMS.values():
+        assert bn.render(SOURCE, platform, CFG) == bn.render(SOURCE, platform, CFG)
+
+
+def test_check_is_clean_on_the_committed_tree():
+    assert bn.stale_files(ROOT) == []
+
+
+def test_check_names_stale_missing_and_orphaned_files(project):
+    assert bn.stale_files(project) == []
+    (project / "notebooks/colab_t4/fashion_mnist.ipynb").unlink()
+    stale = project / "notebooks/kaggle_p100/fashion_mnist.ipynb"
+    stale.write_text(stale.read_text().replace("Fashion-MNIST", "Fashion MNIST"))
+    (project / "notebooks/local_mps/old.ipynb").write_text("{}")
+    problems = bn.stale_files(project)
+    assert "notebooks/colab_t4/fashion_mnist.ipynb: missing" in problems
+    assert "notebooks/kaggle_p100/fashion_mnist.ipynb: stale" in problems
+    assert any(p.startswith("notebooks/local_mps/old.ipynb: not generated") for p in problems)
+    assert len(problems) == 3
+
+
+def test_editing_the_source_makes_check_fail(project):
+    src = project / "notebooks_src/fashion_mnist.py"
+    src.write_text(src.read_text().replace("EPOCHS = 14", "EPOCHS = 15"))
+    problems = bn.stale_files(project)
+    assert len([p for p in problems if p.endswith(": stale")]) == len(PLATFORMS)
+
+
+def test_check_command_exit_codes():
+    ok = subprocess.run([sys.executable, "build_notebooks.py", "--check"], cwd=ROOT,
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_a_source_without_platform_parameter_is_refused(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("# %% tags=[\"parameters\"]\nEPOCHS = 1\n")
+    with pytest.raises(SystemExit, match="PLATFORM = ..."):
+        bn.render(bad, PLATFORMS["colab_t4"], CFG)

@@ -1,0 +1,67 @@
+"""The parameter contract: types, values and messages a user sees for a bad parameter."""
+
+import pytest
+
+from lib.config import ConfigError
+from lib.workloads.fashion_mnist import FashionConfig
+
+GOOD = dict(PLATFORM="colab_t4", DEVICE="auto", DATA_DIR=None, OUT_DIR=None,
+            SAMPLE_DATA=False, SMOKE=False, EPOCHS=3, BATCH_SIZE=None, LR=1.0, SEED=1)
+
+
+def make(**changes):
+    return FashionConfig.from_params({**GOOD, **changes})
+
+
+def test_parameters_become_a_typed_config():
+    cfg = make(BATCH_SIZE=64, LR=2)  # an int where a float is expected is fine
+    assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.gamma) == (3, 64, 2, 0.7)
+    assert cfg.resolved_batch_size() == 64
+    assert make().resolved_batch_size() == 256  # the colab_t4 default for this workload
+    text = str(cfg)
+    assert "EPOCHS" in text and "colab_t4" in text
+
+
+def test_unrelated_notebook_globals_are_ignored():
+    cfg = FashionConfig.from_params({**GOOD, "In": [], "torch": object(), "np": 1})
+    assert cfg.platform == "colab_t4"
+
+
+@pytest.mark.parametrize("changes,pattern", [
+    (dict(EPOCHS="ten"), r"EPOCHS='ten' has type str; expected int.*papermill -p EPOCHS"),
+    (dict(EPOCHS=2.5), r"EPOCHS=2.5 has type float; expected int"),
+    (dict(SMOKE="yes"), r"SMOKE='yes' has type str; expected bool"),
+    (dict(BATCH_SIZE="64"), r"BATCH_SIZE='64'.*expected int or None"),
+    (dict(EPOCHS=0), r"EPOCHS=0 must be > 0"),
+    (dict(EPOCHS=-3), r"EPOCHS=-3 must be > 0"),
+    (dict(BATCH_SIZE=0), r"BATCH_SIZE=0 must be > 0"),
+    (dict(LR=-0.1), r"LR=-0.1 must be > 0"),
+    (dict(SEED=-1), r"SEED=-1 is negative"),
+    (dict(PLATFORM="colab_a100"), r"unknown PLATFORM 'colab_a100'; expected one of \['colab_t4'"),
+    (dict(GAMMA=1.5), r"GAMMA=1.5 must be in \(0, 1\]"),
+])
+def test_bad_parameters_fail_with_one_clear_message(changes, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        make(**changes)
+
+
+def test_a_missing_required_parameter_is_named():
+    params = dict(GOOD)
+    del params["PLATFORM"]
+    with pytest.raises(ConfigError, match="parameter PLATFORM is missing"):
+        FashionConfig.from_params(params)
+
+
+def test_default_paths_follow_the_runtime(monkeypatch, tmp_path):
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
+    data, out = make().paths()
+    assert (str(data), str(out)) == ("data", "runs/fashion_mnist")
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    assert str(make().paths()[1]) == "/kaggle/working/runs/fashion_mnist"
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE")
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab")
+    monkeypatch.setenv("TA_COLAB_DRIVE", str(tmp_path / "drive"))
+    data, out = make().paths()
+    assert out == tmp_path / "drive/MyDrive/train-anywhere/runs/fashion_mnist"
+    assert make(OUT_DIR=str(tmp_path / "x")).paths()[1] == tmp_path / "x"

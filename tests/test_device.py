@@ -1,0 +1,128 @@
+"""Device choice, preflight and precision with the machine faked by a hand-built Probe."""
+
+import itertools
+
+import pytest
+import torch
+
+from lib.device import DeviceError, Probe, choose_device, choose_precision, cuda_preflight
+from lib.platforms import PLATFORMS, get_platform
+
+T4 = dict(cuda=True, cuda_name="Tesla T4", capability=(7, 5), cuda_count=1,
+          arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"))
+A100 = dict(T4, cuda_name="NVIDIA A100", capability=(8, 0))
+# Kaggle's torch (CUDA 12.8 build) on a P100: no sm_60 kernels and no PTX to JIT from.
+P100_KAGGLE = dict(T4, cuda_name="Tesla P100-PCIE-16GB", capability=(6, 0),
+                   torch_version="2.10.0+cu128")
+P100_CU126 = dict(P100_KAGGLE, arch_list=("sm_50", "sm_60", "sm_70", "sm_75", "sm_80"),
+                  torch_version="2.14.1+cu126")
+NO_ENV: dict = {}
+
+
+def pick(platform="colab_t4", device="auto", environ=NO_ENV, **probe):
+    return choose_device(device, get_platform(platform), Probe(**probe), environ=environ)
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+@pytest.mark.parametrize("cuda,mps,xla", list(itertools.product([False, True], repeat=3)))
+def test_auto_prefers_the_platform_accelerator_then_cuda_xla_mps_cpu(platform, cuda, mps, xla):
+    machine = dict(T4 if cuda else {}, mps=mps, xla_installed=xla,
+                   xla_device_type="TPU" if xla else "")
+    choice = pick(platform, **machine)
+    available = {"cuda": cuda, "xla": xla, "mps": mps}
+    wanted = PLATFORMS[platform].accelerator
+    expected = wanted if available[wanted] else next(
+        (k for k in ("cuda", "xla", "mps") if available[k]), "cpu")
+    assert choice.type == expected
+    if expected != wanted:  # one line that says what it fell back to and why
+        assert f"no {wanted} here" in choice.reason
+
+
+def test_xla_on_a_cpu_host_is_used_only_by_the_tpu_notebook():
+    cpu_xla = dict(xla_installed=True, xla_device_type="CPU")
+    assert pick("colab_tpu", **cpu_xla).type == "xla"
+    assert pick("colab_t4", **cpu_xla).type == "cpu"
+    assert pick("local_mps", **cpu_xla).type == "cpu"
+
+
+def test_cpu_fallback_says_so_in_one_line():
+    choice = pick("kaggle_p100")
+    assert choice.type == "cpu"
+    assert "\n" not in choice.describe()
+    assert "falls back to the CPU" in choice.describe() and "cuda" in choice.describe()
+
+
+@pytest.mark.parametrize("request_", ["cuda", "mps", "xla", "cpu"])
+def test_explicit_device_is_honoured_when_present(request_):
+    machine = dict(T4, mps=True, xla_installed=True, xla_device_type="TPU")
+    choice = pick("colab_t4", device=request_, **machine)
+    assert choice.type == request_
+    assert f'DEVICE="{request_}"' in choice.reason
+
+
+def test_explicit_device_that_is_absent_fails_clearly():
+    with pytest.raises(DeviceError, match=r'DEVICE="cuda".*no cuda device.*DEVICE = "auto"'):
+        pick("colab_t4", device="cuda")
+
+
+def test_unknown_device_names_choices_and_fix():
+    with pytest.raises(ValueError, match=r"unknown DEVICE 'gpu'.*'auto', 'cuda'.*DEVICE = \"auto\""):
+        pick(device="gpu")
+
+
+def test_environment_override_wins_and_is_validated():
+    choice = pick("colab_t4", environ={"TA_DEVICE": "cpu"}, **T4)
+    assert choice.type == "cpu" and "TA_DEVICE=cpu" in choice.reason
+    with pytest.raises(ValueError, match="TA_DEVICE='tpu'"):
+        pick(environ={"TA_DEVICE": "tpu"})
+
+
+def test_no_cuda_and_no_mps_switches():
+    machine = dict(T4, mps=True)
+    assert pick("colab_t4", environ={"NO_CUDA": "1"}, **machine).type == "mps"
+    choice = pick("colab_t4", environ={"NO_CUDA": "1", "NO_MPS": "1"}, **machine)
+    assert choice.type == "cpu" and "switched off" in choice.reason
+
+
+def test_p100_under_a_torch_without_sm60_is_caught_before_the_first_kernel():
+    with pytest.raises(DeviceError) as err:
+        pick("kaggle_p100", **P100_KAGGLE)
+    msg = str(err.value)
+    for part in ("Tesla P100", "sm_60", "2.10.0+cu128", "cu126", "T4 x2", 'DEVICE = "cpu"'):
+        assert part in msg
+
+
+def test_p100_with_a_pascal_build_passes_preflight():
+    choice = pick("kaggle_p100", **P100_CU126)
+    assert choice.type == "cuda"
+    assert choice.precision.dtype == torch.float16 and choice.precision.scaler
+
+
+def test_ptx_entry_lets_a_newer_gpu_jit():
+    cuda_preflight(Probe(**dict(T4, capability=(12, 1), arch_list=("sm_80", "compute_90"))))
+    with pytest.raises(DeviceError):
+        cuda_preflight(Probe(**dict(T4, capability=(7, 5), arch_list=("sm_80", "compute_80"))))
+
+
+@pytest.mark.parametrize("kind,machine,dtype,scaler", [
+    ("cuda", T4, torch.float16, True),  # bf16 is emulated on T4: fp16 + GradScaler
+    ("cuda", A100, torch.bfloat16, False),
+    ("xla", {}, torch.bfloat16, False),
+    ("mps", dict(torch_version="2.8.0"), torch.float16, True),
+    ("mps", dict(torch_version="2.4.1"), None, False),
+    ("cpu", {}, None, False),
+])
+def test_precision_per_device(kind, machine, dtype, scaler):
+    precision = choose_precision(kind, Probe(**machine))
+    assert (precision.dtype, precision.scaler) == (dtype, scaler)
+
+
+def test_loader_settings_follow_the_device_not_the_data():
+    cuda = pick("colab_t4", **T4)
+    mps = pick("local_mps", mps=True)
+    xla = pick("colab_tpu", xla_installed=True)
+    cpu = pick("colab_t4")
+    assert (cuda.pin_memory, mps.pin_memory, xla.pin_memory, cpu.pin_memory) == (
+        True, False, False, False)
+    assert mps.num_workers == 0  # macOS spawn workers cannot pickle notebook classes
+    assert cuda.num_workers == PLATFORMS["colab_t4"].num_workers

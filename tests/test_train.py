@@ -1,0 +1,142 @@
+"""The loop: it learns, writes what it promises, and resumes to the very same numbers."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from lib.data.common import make_loader
+from lib.device import Probe, choose_device
+from lib.metrics import Accuracy, read_jsonl
+from lib.platforms import get_platform
+from lib.run import Run
+from lib.train import Task, fit
+
+CPU = choose_device("cpu", get_platform("colab_t4"), Probe(), environ={})
+TIMING = ("seconds", "samples_per_s")
+
+
+class Noisy(torch.utils.data.Dataset):
+    """Two Gaussian blobs, with random jitter as 'augmentation' (global torch RNG)."""
+
+    def __init__(self, n=96, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.y = torch.arange(n) % 2
+        self.x = torch.randn(n, 8, generator=g) + 2.0 * self.y[:, None]
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i] + 0.1 * torch.randn(8), self.y[i]
+
+
+def make_task(init_seed=0, interrupt_after=None):
+    torch.manual_seed(init_seed)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.8)
+    calls = {"n": 0}
+
+    def loss_fn(out, y):
+        if model.training:
+            calls["n"] += 1
+            if interrupt_after is not None and calls["n"] > interrupt_after:
+                raise KeyboardInterrupt("killed")
+        return nn.functional.cross_entropy(out, y)
+
+    return Task(model, loss_fn, opt, metrics=lambda: [Accuracy()], scheduler=sched)
+
+
+def loaders(seed=3, choice=CPU):
+    return (make_loader(Noisy(), 16, choice, train=True, seed=seed),
+            make_loader(Noisy(40, seed=1), 16, choice, train=False, seed=seed))
+
+
+def train(out, epochs, task=None, minutes=10.0, **kw):
+    task = task or make_task()
+    run = Run(out, "toy", {"epochs": epochs}, {"hidden": 16}, tensorboard=kw.pop("tb", False),
+              progress=False)
+    history = fit(task, *loaders(), CPU, run, epochs, checkpoint_minutes=minutes, **kw)
+    run.close()
+    return task, history
+
+
+def strip(history):
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in history]
+
+
+def test_it_learns_and_writes_history_checkpoints_and_tensorboard(tmp_path):
+    task, history = train(tmp_path, 3, tb=True)
+    assert [r["epoch"] for r in history] == [1, 2, 3]
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    assert history[-1]["test_accuracy"] > 0.8
+    assert history[0]["lr"] == pytest.approx(0.1) and history[1]["lr"] == pytest.approx(0.08)
+    assert all(r["device"] == "cpu" and r["train_samples"] == 96 for r in history)
+    assert read_jsonl(tmp_path / "metrics.jsonl") == json.loads(json.dumps(history))
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    assert (tmp_path / "checkpoints" / "best.pt").exists()
+    assert json.loads((tmp_path / "config.json").read_text()) == {"epochs": 3}
+
+
+def test_max_batches_caps_each_epoch(tmp_path):
+    _, history = train(tmp_path, 1, max_batches=2)
+    assert history[0]["train_samples"] == 32
+
+
+def test_resume_at_an_epoch_boundary_gives_the_uninterrupted_numbers(tmp_path):
+    straight, h_straight = train(tmp_path / "a", 4)
+    train(tmp_path / "b", 2)
+    resumed, h_resumed = train(tmp_path / "b", 4, task=make_task(init_seed=99))
+    assert strip(h_resumed) == strip(h_straight)
+    for p, q in zip(straight.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+    assert strip(read_jsonl(tmp_path / "b" / "metrics.jsonl")) == strip(h_straight)
+
+
+def test_resume_in_the_middle_of_an_epoch_gives_the_uninterrupted_numbers(tmp_path):
+    straight, h_straight = train(tmp_path / "a", 2)
+    with pytest.raises(KeyboardInterrupt):  # killed at step 9 of 12, saving every step
+        train(tmp_path / "b", 2, task=make_task(interrupt_after=8), minutes=1e-9)
+    ckpt = sorted((tmp_path / "b" / "checkpoints").glob("ckpt-*"))[-1].name
+    assert ckpt == "ckpt-e0001-b000002.pt"  # epoch 2 (index 1), two batches done
+    resumed, h_resumed = train(tmp_path / "b", 2, task=make_task(init_seed=7))
+    assert strip(h_resumed) == strip(h_straight)
+    for p, q in zip(straight.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_a_finished_run_is_not_trained_again(tmp_path):
+    task, history = train(tmp_path, 2)
+    again = make_task(init_seed=5)
+    _, history2 = train(tmp_path, 2, task=again)
+    assert strip(history2) == strip(history)
+    for p, q in zip(task.model.parameters(), again.model.parameters(), strict=True):
+        assert torch.equal(p, q)  # restored from the checkpoint, not retrained
+
+
+def test_batches_do_not_depend_on_the_number_of_workers():
+    two_workers = dataclasses.replace(CPU, num_workers=2)
+    a, _ = loaders(choice=CPU)
+    b, _ = loaders(choice=two_workers)
+    for loader in (a, b):
+        loader.sampler.set_epoch(1)
+    for (xa, ya), (xb, yb) in zip(a, b, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_each_epoch_shuffles_differently_but_reproducibly():
+    a, _ = loaders()
+    a.sampler.set_epoch(0)
+    e0 = [y.tolist() for _, y in a]
+    a.sampler.set_epoch(1)
+    e1 = [y.tolist() for _, y in a]
+    a.sampler.set_epoch(0)
+    assert e0 != e1 and e0 == [y.tolist() for _, y in a]
+
+
+def test_a_training_set_smaller_than_a_batch_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="fewer than one batch of 128.*BATCH_SIZE to at most 96"):
+        make_loader(Noisy(), 128, CPU, train=True, seed=0)
