@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     executed = out / "fashion_mnist.ipynb"
     papermill.execute_notebook(str(notebook), str(executed), parameters=params,
                                cwd=str(notebook.parent), progress_bar=False)
-    history = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    lines = (out / "run" / "metrics.jsonl").read_text().splitlines()
+    history = [json.loads(line) for line in lines]
     last = history[-1]
     print(f"\nFashion-MNIST demo: test accuracy {last['test_accuracy']:.4f} after "
           f"{last['epoch']} epoch(s) on {last['device']}")
