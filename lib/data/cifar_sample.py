@@ -1,0 +1,142 @@
+"""A small, learnable CIFAR-10/100 written in the original pickle layout.
+
+Layouts (what torchvision reads): `cifar-10-batches-py/{data_batch_1..5, test_batch,
+batches.meta}`, each batch a pickle of {data: (n, 3072) uint8 in CHW order, labels,
+filenames, batch_label}; `cifar-100-python/{train, test, meta}` with fine_labels and
+coarse_labels. Each class is a smooth, left-right symmetric colour pattern plus pixel noise,
+so the standard crop-and-flip augmentation keeps it recognisable.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
+                   "ship", "truck")
+CIFAR100_SUPERCLASSES = {
+    "aquatic_mammals": ("beaver", "dolphin", "otter", "seal", "whale"),
+    "fish": ("aquarium_fish", "flatfish", "ray", "shark", "trout"),
+    "flowers": ("orchid", "poppy", "rose", "sunflower", "tulip"),
+    "food_containers": ("bottle", "bowl", "can", "cup", "plate"),
+    "fruit_and_vegetables": ("apple", "mushroom", "orange", "pear", "sweet_pepper"),
+    "household_electrical_devices": ("clock", "keyboard", "lamp", "telephone", "television"),
+    "household_furniture": ("bed", "chair", "couch", "table", "wardrobe"),
+    "insects": ("bee", "beetle", "butterfly", "caterpillar", "cockroach"),
+    "large_carnivores": ("bear", "leopard", "lion", "tiger", "wolf"),
+    "large_man-made_outdoor_things": ("bridge", "castle", "house", "road", "skyscraper"),
+    "large_natural_outdoor_scenes": ("cloud", "forest", "mountain", "plain", "sea"),
+    "large_omnivores_and_herbivores": ("camel", "cattle", "chimpanzee", "elephant", "kangaroo"),
+    "medium_mammals": ("fox", "porcupine", "possum", "raccoon", "skunk"),
+    "non-insect_invertebrates": ("crab", "lobster", "snail", "spider", "worm"),
+    "people": ("baby", "boy", "girl", "man", "woman"),
+    "reptiles": ("crocodile", "dinosaur", "lizard", "snake", "turtle"),
+    "small_mammals": ("hamster", "mouse", "rabbit", "shrew", "squirrel"),
+    "trees": ("maple_tree", "oak_tree", "palm_tree", "pine_tree", "willow_tree"),
+    "vehicles_1": ("bicycle", "bus", "motorcycle", "pickup_truck", "train"),
+    "vehicles_2": ("lawn_mower", "rocket", "streetcar", "tank", "tractor"),
+}
+# The official meta lists both name sets in alphabetical order; label i is the i-th name.
+CIFAR100_CLASSES = tuple(sorted(c for group in CIFAR100_SUPERCLASSES.values() for c in group))
+CIFAR100_COARSE = tuple(sorted(CIFAR100_SUPERCLASSES))
+
+
+def _prototypes(num_classes: int, rng: np.random.Generator) -> np.ndarray:
+    """(K, 3, 32, 32) patterns in [-1, 1]: a 4x4 colour grid, mirrored, upsampled smoothly."""
+    grid = rng.uniform(-1, 1, size=(num_classes, 3, 4, 4)).astype(np.float32)
+    grid[..., 2:] = grid[..., 1::-1]  # left-right symmetric: a flip keeps the class pattern
+    up = F.interpolate(torch.from_numpy(grid), size=(32, 32), mode="bilinear",
+                       align_corners=True)
+    return up.numpy()
+
+
+def _images(labels: np.ndarray, protos: np.ndarray, rng: np.random.Generator,
+            noise: float) -> np.ndarray:
+    """(n, 3072) uint8 CHW rows: 128 + 90 * prototype + Gaussian pixel noise (std `noise`)."""
+    pixels = 128 + 90 * protos[labels] + rng.normal(0, noise, size=(len(labels), 3, 32, 32))
+    return np.clip(np.rint(pixels), 0, 255).astype(np.uint8).reshape(len(labels), 3072)
+
+
+def _dump(path: Path, obj: dict) -> None:
+    """Pickle atomically: parallel papermill runs may write the same sample at once."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        pickle.dump(obj, f, protocol=2)  # the original files are Python 2 pickles
+    os.replace(tmp, path)
+
+
+def _balanced_labels(num_classes: int, per_class: int, rng: np.random.Generator) -> np.ndarray:
+    labels = np.repeat(np.arange(num_classes), per_class)
+    rng.shuffle(labels)
+    return labels
+
+
+def _split(labels, protos, rng, noise, prefix: str) -> dict:
+    return {"data": _images(labels, protos, rng, noise), "labels": labels.tolist(),
+            "filenames": [f"{prefix}_{i:05d}.png" for i in range(len(labels))]}
+
+
+def _write_cifar10(folder: Path, train_per_class: int, test_per_class: int,
+                   rng: np.random.Generator, noise: float) -> None:
+    protos = _prototypes(10, rng)
+    train = _split(_balanced_labels(10, train_per_class, rng), protos, rng, noise, "train")
+    for b, rows in enumerate(np.array_split(np.arange(len(train["labels"])), 5), start=1):
+        part = {k: [v[i] for i in rows] if isinstance(v, list) else v[rows]
+                for k, v in train.items()}
+        _dump(folder / f"data_batch_{b}", {**part, "batch_label": f"training batch {b} of 5"})
+    test = _split(_balanced_labels(10, test_per_class, rng), protos, rng, noise, "test")
+    _dump(folder / "test_batch", {**test, "batch_label": "testing batch 1 of 1"})
+    _dump(folder / "batches.meta", {"label_names": list(CIFAR10_CLASSES),
+                                    "num_cases_per_batch": len(train["labels"]) // 5,
+                                    "num_vis": 3072})
+
+
+def _write_cifar100(folder: Path, train_per_class: int, test_per_class: int,
+                    rng: np.random.Generator, noise: float) -> None:
+    protos = _prototypes(100, rng)
+    coarse_of = {c: CIFAR100_COARSE.index(g) for g, cs in CIFAR100_SUPERCLASSES.items()
+                 for c in cs}
+    for split, per_class in (("train", train_per_class), ("test", test_per_class)):
+        d = _split(_balanced_labels(100, per_class, rng), protos, rng, noise, split)
+        labels = d.pop("labels")
+        coarse = [coarse_of[CIFAR100_CLASSES[y]] for y in labels]
+        _dump(folder / split, {**d, "fine_labels": labels, "coarse_labels": coarse,
+                               "batch_label": f"{split}ing batch 1 of 1"})
+    _dump(folder / "meta", {"fine_label_names": list(CIFAR100_CLASSES),
+                            "coarse_label_names": list(CIFAR100_COARSE)})
+
+
+_LAYOUT = {
+    "cifar10": ("cifar-10-batches-py", ("data_batch_1", "data_batch_2", "data_batch_3",
+                                        "data_batch_4", "data_batch_5", "test_batch",
+                                        "batches.meta")),
+    "cifar100": ("cifar-100-python", ("train", "test", "meta")),
+}
+
+
+def write_cifar_sample(root: Path, name: str = "cifar10", train_per_class: int | None = None,
+                       test_per_class: int | None = None, seed: int = 0,
+                       noise: float = 40.0) -> Path:
+    """Write (if absent) a small `name` dataset in the real layout under `root`; return root.
+
+    Defaults: CIFAR-10 100 train / 20 test images per class (1000 / 200), CIFAR-100
+    10 / 2 per class (1000 / 200). Deterministic in `seed`.
+    """
+    if name not in _LAYOUT:
+        raise ValueError(f"sample dataset {name!r} is not one of {list(_LAYOUT)}.")
+    folder_name, files = _LAYOUT[name]
+    folder = Path(root) / folder_name
+    if all((folder / f).exists() for f in files):
+        return Path(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng([seed, 10 if name == "cifar10" else 100])
+    write = _write_cifar10 if name == "cifar10" else _write_cifar100
+    default_train, default_test = (100, 20) if name == "cifar10" else (10, 2)
+    write(folder, train_per_class or default_train, test_per_class or default_test, rng, noise)
+    return Path(root)
