@@ -41,7 +41,12 @@ SRC, OUT = ROOT / "notebooks_src", ROOT / "notebooks"
 BADGES = ("<!-- badges:start -->", "<!-- badges:end -->")
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 KAGGLE_BADGE = "https://kaggle.com/static/images/open-in-kaggle.svg"
-KAGGLE_SHAPES = {"kaggle_p100": ("NvidiaTeslaP100", "nvidiaTeslaP100")}
+# platform -> (kernel-metadata.json machine_shape, notebook metadata.kaggle.accelerator)
+KAGGLE_SHAPES = {
+    "kaggle_p100": ("NvidiaTeslaP100", "nvidiaTeslaP100"),
+    "kaggle_t4x2": ("NvidiaTeslaT4", "nvidiaTeslaT4"),
+    "kaggle_tpu": ("TpuV5E8", "tpuV5e8"),
+}
 COLAB_GPU = {"colab_t4": ("GPU", "T4"), "colab_tpu": ("TPU", "V5E1")}
 _PLATFORM_LINE = re.compile(r"^PLATFORM = .*$", re.MULTILINE)
 
@@ -116,7 +121,8 @@ def _metadata(platform: Platform) -> dict:
         meta["colab"] = {"provenance": [], "gpuType": gpu_type}
     if platform.runtime == "kaggle":
         meta["kaggle"] = {
-            "accelerator": KAGGLE_SHAPES[platform.name][1], "isGpuEnabled": True,
+            "accelerator": KAGGLE_SHAPES[platform.name][1],
+            "isGpuEnabled": platform.accelerator == "cuda",
             "isInternetEnabled": True, "dataSources": [], "language": "python",
             "sourceType": "notebook",
         }

@@ -62,6 +62,11 @@ PLATFORMS: dict[str, Platform] = {
                  batch_sizes=_BATCH["kaggle_p100"]),
         Platform("local_mps", "Local Mac (MPS)", "local", "mps", "Apple Silicon", None, 0,
                  batch_sizes=_BATCH["local_mps"]),
+        # Multi-device: one process per device, BATCH_SIZE per device.
+        Platform("kaggle_t4x2", "Kaggle T4 x2", "kaggle", "cuda", "2 x Tesla T4", 12.0, 2,
+                 devices=2, batch_sizes=_BATCH["kaggle_t4x2"]),
+        Platform("kaggle_tpu", "Kaggle TPU v5e-8", "kaggle", "xla", "TPU v5e-8", 9.0, 2,
+                 devices=8, batch_sizes=_BATCH["kaggle_tpu"]),
     ]
 }
 

@@ -9,6 +9,7 @@ checkpoint of the run folder, saves every epoch and every few minutes, and write
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -20,15 +21,18 @@ import torch
 from torch import nn
 
 from lib.device import DeviceChoice
+from lib.distributed import Dist, unwrap
 from lib.run import Run
 
 
 class Backend:
     """Device-specific pieces of a step: autocast, gradient scaling, XLA hooks."""
 
-    def __init__(self, choice: DeviceChoice) -> None:
+    def __init__(self, choice: DeviceChoice, device: torch.device | None = None,
+                 dist: Dist | None = None) -> None:
         self.choice = choice
-        self.device = choice.torch_device
+        self.device = device or choice.torch_device
+        self.dist = dist or Dist()
         self.is_xla = choice.type == "xla"
         self.dtype = choice.precision.dtype
         self.scaler = torch.amp.GradScaler(choice.type) if choice.precision.scaler else None
@@ -134,14 +138,21 @@ def train_one_epoch(task: Task, loader, backend: Backend, epoch: int, *, start_b
         seen += target.shape[0]
         if on_step is not None:
             on_step(i + 1, loss_sum, seen)
-    return {"train_loss": float(loss_sum) / max(seen, 1), "train_samples": seen}
+    seen_t = backend.dist.reduce_sum(torch.tensor(float(seen), device=backend.device))
+    loss_sum = backend.dist.reduce_sum(loss_sum)
+    return {"train_loss": float(loss_sum) / max(float(seen_t), 1.0),
+            "train_samples": int(float(seen_t))}
 
 
 @torch.no_grad()
 def evaluate(task: Task, loader, backend: Backend, max_batches: int | None = None,
              metrics: Sequence | None = None) -> dict:
-    """Loss and metrics over `loader`, prefixed `test_`; `metrics` overrides the task's."""
-    model, n_batches = task.model, _batch_limit(loader, max_batches)
+    """Loss and metrics over `loader`, prefixed `test_`; `metrics` overrides the task's.
+
+    Under DDP every process evaluates the whole loader with its unwrapped model, so every
+    process gets the same numbers without a reduction.
+    """
+    model, n_batches = unwrap(task.model), _batch_limit(loader, max_batches)
     model.eval()
     metrics = list(task.metrics()) if metrics is None else metrics
     loss_sum, seen = torch.zeros((), device=backend.device), 0
@@ -184,7 +195,7 @@ def _set_rng_state(state: dict) -> None:
 
 def _state(task: Task, backend: Backend, history: list, best: float | None, partial=None) -> dict:
     return {
-        "model": task.model.state_dict(),
+        "model": unwrap(task.model).state_dict(),
         "optimizer": task.optimizer.state_dict(),
         "scheduler": task.scheduler.state_dict() if task.scheduler is not None else None,
         "scaler": backend.scaler.state_dict() if backend.scaler is not None else None,
@@ -197,7 +208,7 @@ def _state(task: Task, backend: Backend, history: list, best: float | None, part
 
 
 def _restore(task: Task, backend: Backend, state: dict) -> None:
-    task.model.load_state_dict(state["model"])
+    unwrap(task.model).load_state_dict(state["model"])
     task.optimizer.load_state_dict(state["optimizer"])
     if task.scheduler is not None and state["scheduler"] is not None:
         task.scheduler.load_state_dict(state["scheduler"])
@@ -217,15 +228,20 @@ def _improved(task: Task, value: float, best: float | None) -> bool:
 
 def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, epochs: int,
         *, max_batches: int | None = None, checkpoint_minutes: float = 10.0,
-        on_epoch: Callable[[dict], None] | None = None) -> list[dict]:
+        on_epoch: Callable[[dict], None] | None = None, dist: Dist | None = None,
+        device: torch.device | None = None) -> list[dict]:
     """Train for `epochs` (resuming from `run`'s newest good checkpoint); return the history.
 
     `max_batches` caps train and eval batches per epoch (smoke mode). Each epoch record has
     `epoch` (1-based, epochs done), the train/test dicts, `lr`, `seconds`, `samples_per_s`,
-    `device` and, on XLA, `xla_compiles`.
+    `device` and, on XLA, `xla_compiles`. Under DDP/XLA multi-processing (`dist`), each
+    process trains on its shard and only the main one writes; mid-epoch checkpoints are then
+    off (a time-based save would need every process to agree on the moment).
     """
-    backend = Backend(choice)
+    dist = dist or Dist()
+    backend = Backend(choice, device, dist)
     task.model.to(backend.device)
+    task = dataclasses.replace(task, model=dist.wrap_model(task.model, backend.device))
     history, best, start_epoch, start_batch, partial = [], None, 0, 0, None
     state = run.checkpoints.latest()
     if state is not None:
@@ -244,7 +260,8 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
 
     def on_step(batch_done: int, loss_sum, seen: int) -> None:
         progress.update(1)
-        if time.monotonic() - last_save[0] >= checkpoint_minutes * 60 and batch_done < n_train:
+        due = time.monotonic() - last_save[0] >= checkpoint_minutes * 60
+        if due and batch_done < n_train and dist.world_size == 1:
             part = {"loss_sum": float(loss_sum), "seen": seen}
             run.save(_state(task, backend, history, best, part), epoch, batch_done)
             last_save[0] = time.monotonic()

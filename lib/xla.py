@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 
 
 def installed() -> bool:
@@ -18,6 +19,9 @@ def installed() -> bool:
 
 @functools.cache
 def _tx():
+    # Without this, the scalars 0 and 1 are baked into graphs as constants, so a learning
+    # rate that decays from 1.0 compiles a new graph once it leaves 1.0.
+    os.environ.setdefault("XLA_NO_SPECIAL_SCALARS", "1")
     import torch_xla  # noqa: F401  (registers the xla device)
     import torch_xla.core.xla_model as xm
     import torch_xla.runtime as xr
@@ -98,6 +102,9 @@ def compile_count() -> int:
 
 
 def launch(fn, args=(), start_method: str = "fork") -> None:
-    """Run `fn(index, *args)` on every XLA device; fork so notebook-defined fns work."""
+    """Run `fn(index, *args)` in one process per XLA device of this host.
+
+    fork, so that the parent notebook's state need not be pickled.
+    """
     torch_xla, _, _ = _tx()
     torch_xla.launch(fn, args=args, start_method=start_method)

@@ -48,47 +48,48 @@ s = session.start(cfg)
 
 # %%
 from lib.data import fashion
-from lib.data.common import make_loader
 from lib.plots import image_grid
 
 train_set, test_set, info = fashion.build_datasets(s.data_dir, cfg.sample_data)
 print(f"{info['train_size']} training and {info['test_size']} test images from {info['root']}")
-train_loader = make_loader(train_set, s.batch_size, s.choice, train=True, seed=cfg.seed)
-test_loader = make_loader(test_set, s.batch_size, s.choice, train=False, seed=cfg.seed)
 image_grid(*fashion.example_grid(train_set));
 
 # %% [markdown]
-# ## Model and training
+# ## Training
+#
+# `launch` runs the training function on every device this platform offers (one process per
+# GPU or TPU chip when there are several). It resumes from the newest checkpoint in
+# `OUT_DIR`, saves every epoch and every `CHECKPOINT_MINUTES`, and logs to `metrics.jsonl`
+# and TensorBoard. The model, optimiser and loop are in `lib/workloads/fashion_mnist.py`.
 
 # %%
-from lib.train import fit
-from lib.workloads.fashion_mnist import build_task
+from lib.launch import launch
+from lib.workloads import fashion_mnist
 
-task, model_config = build_task(cfg, s.device)
-run = s.open_run(model_config)
-print(f"{sum(p.numel() for p in task.model.parameters()):,} parameters; outputs in {run.dir}")
-history = fit(task, train_loader, test_loader, s.choice, run, cfg.epochs,
-              max_batches=s.max_batches, checkpoint_minutes=cfg.checkpoint_minutes)
-run.close()
+history = launch(fashion_mnist.train, s)
 
 # %% [markdown]
 # ## Results
 
 # %%
 from lib.bootstrap import show_tensorboard
-from lib.metrics import ConfusionMatrix
+from lib.metrics import Accuracy, ConfusionMatrix
 from lib.plots import confusion_matrix, training_curves
 from lib.train import evaluate_on
 
-training_curves(history, run.dir / "curves.png");
+training_curves(history, s.out_dir / "curves.png");
+task, best = fashion_mnist.load_best(s)
+_, test_loader = fashion_mnist.loaders(s)
 cm = ConfusionMatrix(info["num_classes"])
-evaluate_on(task, test_loader, s.choice, [cm], s.max_batches)
-confusion_matrix(cm.matrix(), info["classes"], run.dir / "confusion.png");
+scores = evaluate_on(task, test_loader, s.choice, [Accuracy(), cm], s.max_batches)
+confusion_matrix(cm.matrix(), info["classes"], s.out_dir / "confusion.png");
+print(f"best checkpoint (epoch {best['position'][0]}): test accuracy "
+      f"{scores['test_accuracy']:.4f}")
 print(f"test accuracy {history[-1]['test_accuracy']:.4f} after {history[-1]['epoch']} epochs")
-show_tensorboard(run.dir / "tb", s.runtime)
+show_tensorboard(s.out_dir / "tb", s.runtime)
 
 # %%
 from lib.bootstrap import finish
 
-print("outputs:", *sorted(p.name for p in run.dir.iterdir()))
+print("outputs:", *sorted(p.name for p in s.out_dir.iterdir()))
 finish(s.runtime)

@@ -50,6 +50,15 @@ def test_kaggle_metadata_and_kernel_push_file():
     assert push["code_file"] == "../../fashion_mnist.ipynb"
 
 
+@pytest.mark.parametrize("platform,shape,gpu", [
+    ("kaggle_t4x2", "NvidiaTeslaT4", True), ("kaggle_tpu", "TpuV5E8", False)])
+def test_multi_device_kaggle_platforms(platform, shape, gpu):
+    push = json.loads(bn.kernel_metadata("fashion_mnist", PLATFORMS[platform], CFG))
+    assert push["machine_shape"] == shape
+    assert (push["enable_gpu"], push["enable_tpu"]) == (gpu, not gpu)
+    assert rendered(platform).metadata["kaggle"]["isGpuEnabled"] is gpu
+
+
 def test_local_notebook_has_no_hosted_metadata():
     meta = rendered("local_mps").metadata
     assert set(meta) == {"kernelspec", "language_info"}
@@ -80,7 +89,9 @@ def test_badges_point_at_the_configured_fork():
     assert ("https://kaggle.com/kernels/welcome?src=https://github.com/someone/fork/blob/dev/"
             "notebooks/kaggle_p100/fashion_mnist.ipynb") in kaggle
     table = bn.badge_table(["fashion_mnist"], CFG)
-    assert table.count("colab-badge.svg") == 2 and table.count("open-in-kaggle.svg") == 1
+    runtimes = [p.runtime for p in PLATFORMS.values()]
+    assert table.count("colab-badge.svg") == runtimes.count("colab")
+    assert table.count("open-in-kaggle.svg") == runtimes.count("kaggle") >= 3
 
 
 def test_rendering_is_byte_stable():

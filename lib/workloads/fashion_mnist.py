@@ -1,4 +1,4 @@
-"""Fashion-MNIST quickstart: its parameters and the pieces its notebook assembles."""
+"""Fashion-MNIST quickstart: its parameters, its model and optimiser, its training function."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ import torch
 from torch import nn
 
 from lib.config import RunConfig
-from lib.metrics import Accuracy, ConfusionMatrix
+from lib.data import fashion
+from lib.data.common import make_loader
+from lib.distributed import Dist
+from lib.metrics import Accuracy
 from lib.models.cnn import CNN, CNNConfig
-from lib.train import Task
+from lib.session import Session
+from lib.train import Task, fit
 
 
 @dataclass
@@ -34,7 +38,37 @@ def build_task(cfg: FashionConfig, device: torch.device) -> tuple[Task, dict]:
     model = CNN(model_cfg).to(device)
     optimizer = torch.optim.Adadelta(model.parameters(), lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=cfg.gamma)
-    task = Task(model, nn.functional.cross_entropy, optimizer,
-                metrics=lambda: [Accuracy(), ConfusionMatrix(model_cfg.num_classes)],
+    task = Task(model, nn.functional.cross_entropy, optimizer, metrics=lambda: [Accuracy()],
                 scheduler=scheduler, monitor="test_accuracy")
     return task, asdict(model_cfg)
+
+
+def loaders(s: Session, dist: Dist = Dist()):
+    """(train, test) loaders; the training set is sharded across processes."""
+    train_set, test_set, _ = fashion.build_datasets(s.data_dir, s.cfg.sample_data)
+    seed = s.cfg.seed
+    return (make_loader(train_set, s.batch_size, s.choice, train=True, seed=seed,
+                        rank=dist.rank, world_size=dist.world_size),
+            make_loader(test_set, s.batch_size, s.choice, train=False, seed=seed))
+
+
+def train(s: Session, dist: Dist = Dist()) -> list[dict]:
+    """Train (resuming if a checkpoint exists) on this process's device; return the history."""
+    train_loader, test_loader = loaders(s, dist)
+    task, model_config = build_task(s.cfg, s.device)
+    run = s.open_run(model_config)
+    try:
+        return fit(task, train_loader, test_loader, s.choice, run, s.cfg.epochs,
+                   max_batches=s.max_batches, checkpoint_minutes=s.cfg.checkpoint_minutes,
+                   dist=dist, device=s.device)
+    finally:
+        run.close()
+
+
+def load_best(s: Session) -> tuple[Task, dict]:
+    """The task with the best checkpoint's weights, on this session's device."""
+    task, model_config = build_task(s.cfg, s.device)
+    run = s.open_run(model_config)
+    state = run.checkpoints.load(run.checkpoints.dir / "best.pt")
+    task.model.load_state_dict(state["model"])
+    return task, state

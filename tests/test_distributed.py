@@ -1,0 +1,95 @@
+"""Data parallelism on CPUs: two gloo processes started by torchrun through lib.launch."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from lib.config import RunConfig
+from lib.data.common import make_loader
+from lib.distributed import Dist
+from lib.launch import launch
+from lib.session import start
+from lib.train import Task, fit
+
+pytestmark = pytest.mark.notebook  # multi-process: slow-ish
+
+
+@dataclass
+class ToyConfig(RunConfig):
+    WORKLOAD = "fashion_mnist"  # borrows its batch-size table; the data are below
+    epochs: int = 2
+    lr: float = 0.05
+
+
+class Blobs(Dataset):
+    def __init__(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.y = torch.arange(n) % 3
+        self.x = torch.randn(n, 6, generator=g) + 1.5 * nn.functional.one_hot(self.y, 6)
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i] + 0.05 * torch.randn(6), self.y[i]  # seeded per sample
+
+
+def toy_train(s, dist: Dist = Dist()):
+    """A workload without dropout, so one process and two can compute the same thing."""
+    torch.manual_seed(s.cfg.seed)
+    model = nn.Sequential(nn.Linear(6, 32), nn.Tanh(), nn.Linear(32, 3)).to(s.device)
+    task = Task(model, nn.functional.cross_entropy,
+                torch.optim.SGD(model.parameters(), lr=s.cfg.lr, momentum=0.9))
+    train = make_loader(Blobs(192, 0), s.batch_size, s.choice, train=True, seed=s.cfg.seed,
+                        rank=dist.rank, world_size=dist.world_size)
+    test = make_loader(Blobs(60, 1), 30, s.choice, train=False, seed=s.cfg.seed)
+    run = s.open_run({"toy": 1})
+    history = fit(task, train, test, s.choice, run, s.cfg.epochs, dist=dist, device=s.device)
+    run.close()
+    torch.save(model.state_dict(), s.out_dir / f"rank{dist.rank}.pt")
+    return history
+
+
+def session(tmp_path, name, batch):
+    cfg = ToyConfig(platform="colab_t4", device="cpu", out_dir=str(tmp_path / name),
+                    batch_size=batch, seed=4)
+    return start(cfg)
+
+
+def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
+    single = launch(toy_train, session(tmp_path, "one", 32))
+    double = launch(toy_train, session(tmp_path, "two", 16), nprocs=2)
+    w0 = torch.load(tmp_path / "two" / "rank0.pt", weights_only=True)
+    w1 = torch.load(tmp_path / "two" / "rank1.pt", weights_only=True)
+    w = torch.load(tmp_path / "one" / "rank0.pt", weights_only=True)
+    for k in w:
+        assert torch.equal(w0[k], w1[k]), k  # DDP keeps the replicas bit-identical
+        # Same data and gradients, summed in another order: equal up to float rounding.
+        torch.testing.assert_close(w0[k], w[k], rtol=1e-5, atol=1e-6)
+    assert [r["epoch"] for r in double] == [1, 2]
+    assert double[-1]["train_samples"] == single[-1]["train_samples"] == 192
+    assert double[-1]["train_loss"] == pytest.approx(single[-1]["train_loss"], rel=1e-5)
+    assert not (tmp_path / "two" / "rank1").exists()
+    assert len(list((tmp_path / "two" / "checkpoints").glob("ckpt-*"))) == 2  # rank 0 only
+
+
+def test_a_distributed_run_resumes_on_every_rank(tmp_path):
+    s = session(tmp_path, "r", 16)
+    launch(toy_train, s, nprocs=2)
+    s.cfg.epochs = 3
+    history = launch(toy_train, s, nprocs=2)
+    assert [r["epoch"] for r in history] == [1, 2, 3]
+    w0 = torch.load(tmp_path / "r" / "rank0.pt", weights_only=True)
+    w1 = torch.load(tmp_path / "r" / "rank1.pt", weights_only=True)
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+
+
+def test_a_function_defined_in_a_notebook_is_refused_with_the_fix(tmp_path):
+    def local_train(s, dist):
+        return []
+
+    with pytest.raises(ValueError, match="Move it into a module under lib/"):
+        launch(local_train, session(tmp_path, "x", 16), nprocs=2)

@@ -1,0 +1,124 @@
+"""The TPU path for real: torch_xla on the CPU (PJRT_DEVICE=CPU), run by `make test-xla`."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.xla
+torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
+
+from lib import xla  # noqa: E402
+from lib.data import fashion  # noqa: E402
+from lib.metrics import read_jsonl  # noqa: E402
+from lib.models.cnn import CNN, CNNConfig  # noqa: E402
+from tests.notebook_run import execute, stream_text  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tpu_run(tmp_path_factory):
+    """The colab_tpu Fashion-MNIST notebook, three smoke epochs, through papermill."""
+    tmp = tmp_path_factory.mktemp("tpu")
+    nb = execute("fashion_mnist", "colab_tpu", tmp, env={"PJRT_DEVICE": "CPU"},
+                 SMOKE=True, SAMPLE_DATA=True, EPOCHS=3, DATA_DIR=str(tmp / "data"),
+                 OUT_DIR=str(tmp / "run"))
+    return tmp, nb
+
+
+def test_the_tpu_notebook_really_ran_on_xla(tpu_run):
+    tmp, nb = tpu_run
+    history = read_jsonl(tmp / "run" / "metrics.jsonl")
+    assert [r["device"] for r in history] == ["xla"] * 3
+    config = json.loads((tmp / "run" / "config.json").read_text())
+    assert config["resolved"]["device"] == "xla" and config["resolved"]["precision"] == "bf16"
+    assert history[-1]["test_accuracy"] > 0.5
+    assert "device xla (bf16)" in stream_text(nb)
+
+
+def test_compilations_stop_after_the_first_epoch(tpu_run):
+    tmp, _ = tpu_run
+    compiles = [r["xla_compiles"] for r in read_jsonl(tmp / "run" / "metrics.jsonl")]
+    assert compiles[0] > 0
+    assert compiles[1] == compiles[0] and compiles[2] == compiles[0], compiles
+
+
+def test_an_xla_checkpoint_gives_the_same_predictions_on_a_plain_cpu(tpu_run):
+    tmp, _ = tpu_run
+    state = torch.load(tmp / "run" / "checkpoints" / "best.pt", map_location="cpu",
+                       weights_only=True)
+    images = torch.stack([fashion.load(tmp / "data" / "sample", False)[i][0] for i in range(64)])
+    cpu_model, xla_model = CNN(CNNConfig()), CNN(CNNConfig())
+    cpu_model.load_state_dict(state["model"])
+    xla_model.load_state_dict(state["model"])
+    cpu_model.eval()
+    xla_model.eval().to(xla.device())
+    with torch.no_grad():
+        on_cpu = cpu_model(images)
+        on_xla = xla_model(images.to(xla.device())).cpu()
+    assert torch.equal(on_cpu.argmax(1), on_xla.argmax(1))
+    torch.testing.assert_close(on_xla, on_cpu, rtol=1e-4, atol=1e-4)
+
+
+def test_host_transfers_do_not_grow_with_the_number_of_steps(tmp_path):
+    """Metrics are read once per epoch: 2 or 8 steps cost the same device-to-host reads."""
+    code = f"""
+import sys; sys.path.insert(0, {str(ROOT)!r})
+import torch, torch_xla.debug.metrics as met
+from torch import nn
+from torch.utils.data import TensorDataset
+from lib.data.common import make_loader
+from lib.device import Probe, choose_device
+from lib.metrics import Accuracy
+from lib.platforms import get_platform
+from lib.run import Run
+from lib.train import Task, fit
+choice = choose_device("xla", get_platform("colab_tpu"), Probe(xla_installed=True), environ={{}})
+x, y = torch.randn(256, 10), torch.randint(0, 3, (256,))
+def transfers(steps, out):
+    torch.manual_seed(0)
+    model = nn.Linear(10, 3)
+    task = Task(model, nn.functional.cross_entropy, torch.optim.SGD(model.parameters(), 0.1),
+                metrics=lambda: [Accuracy()])
+    tl = make_loader(TensorDataset(x, y), 16, choice, train=True, seed=0)
+    el = make_loader(TensorDataset(x, y), 16, choice, train=False, seed=0)
+    before = (met.metric_data("TransferFromDeviceTime") or [0])[0]
+    fit(task, tl, el, choice, Run(out, "t", {{}}, {{}}, tensorboard=False, progress=False),
+        1, max_batches=steps)
+    return (met.metric_data("TransferFromDeviceTime") or [0])[0] - before
+print(transfers(2, {str(tmp_path / 'a')!r}), transfers(8, {str(tmp_path / 'b')!r}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PJRT_DEVICE": "CPU", "PATH": "/usr/bin:/bin"}, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    few, many = map(int, out.stdout.split()[-2:])
+    assert few == many, (few, many)
+
+
+def test_the_xla_launcher_runs_the_training_function_at_world_size_one(tmp_path):
+    """Cross-replica collectives deadlock with several CPU 'devices' (see the XLA reference),
+    so the multi-process path is run at world size 1: torch_xla.launch, fork, rank 0 writes."""
+    code = f"""
+import sys; sys.path.insert(0, {str(ROOT)!r})
+from lib.launch import launch
+from lib.session import start
+from lib.workloads.fashion_mnist import FashionConfig, train
+cfg = FashionConfig(platform="colab_tpu", epochs=1, sample_data=True, smoke=True,
+                    smoke_batches=2, data_dir={str(tmp_path / 'data')!r},
+                    out_dir={str(tmp_path / 'run')!r})
+s = start(cfg)
+from lib.data import fashion
+fashion.build_datasets(s.data_dir, True)
+history = launch(train, s, spawn=True)
+print("EPOCHS", len(history), history[-1]["device"])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PJRT_DEVICE": "CPU", "PATH": "/usr/bin:/bin"}, timeout=900)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "launching 1 XLA process(es)" in out.stdout
+    assert "EPOCHS 1 xla" in out.stdout
+    assert (tmp_path / "run" / "checkpoints" / "best.pt").exists()
