@@ -1,0 +1,132 @@
+"""Mamba-Spike: LIF dynamics, rate interface, shapes and sizes per dataset preset."""
+
+import pytest
+import snntorch as snn
+import torch
+
+from lib.models.mamba_spike import (
+    PRESETS,
+    MambaSpike,
+    MambaSpikeConfig,
+    SpikingConv,
+    SpikingFrontEnd,
+    causal_rate,
+    count_parameters,
+    firing_rates,
+)
+
+
+def _identity_layer(rec_weight: float, rec_bias: float) -> SpikingConv:
+    """One-channel layer whose conv passes the input through and whose 1x1 recurrence is known."""
+    layer = SpikingConv(1, 1, pool=False, cfg=MambaSpikeConfig())
+    with torch.no_grad():
+        layer.conv.weight.zero_()
+        layer.conv.weight[0, 0, 1, 1] = 1.0
+        layer.conv.bias.zero_()
+        layer.rec.weight.fill_(rec_weight)
+        layer.rec.bias.fill_(rec_bias)
+    return layer
+
+
+def test_lif_recurrence_on_a_two_step_input():
+    beta, w, bias = 0.97, 0.3, 0.05
+    layer = _identity_layer(w, bias)
+    # three pixels: spike then recurrent help; spike needing the recurrence; no first spike
+    x1 = torch.tensor([1.5, 1.5, 0.5]).reshape(1, 1, 1, 3)
+    x2 = torch.tensor([0.6, 0.2, 0.6]).reshape(1, 1, 1, 3)
+    frames = torch.stack([x1, x2], dim=1)  # (B=1, T=2, C=1, H=1, W=3)
+    cur = layer.currents(frames)
+    s1, u1 = layer.step(cur[:, 0], None, torch.zeros_like(cur[:, 0]))
+    s2, u2 = layer.step(cur[:, 1], s1, u1)
+
+    u1_expected = x1  # no recurrent input (not even its bias) at t = 0
+    s1_expected = (u1_expected > 1).float()
+    u2_expected = beta * u1_expected + x2 + (w * s1_expected + bias) - 1.0 * s1_expected
+    assert torch.allclose(u1, u1_expected)
+    assert torch.equal(s1, s1_expected)
+    assert torch.allclose(u2, u2_expected, atol=1e-6)
+    assert torch.equal(s2, (u2_expected > 1).float())
+    # pixel 2 fires only because the recurrent current and the subtractive reset are right
+    assert s2.flatten().tolist() == [1.0, 1.0, 1.0]
+    assert torch.equal(layer(frames), torch.stack([s1, s2], dim=1))
+
+
+def test_state_is_reset_for_every_sequence():
+    torch.manual_seed(0)
+    model = MambaSpike(MambaSpikeConfig(d_model=32, n_layers=1)).eval()
+    a = (torch.rand(2, 6, 2, 34, 34) < 0.3).float()
+    b = (torch.rand(2, 6, 2, 34, 34) < 0.3).float()
+    with torch.no_grad():
+        alone = model(b)
+        model(a)
+        after = model(b)
+    assert torch.equal(alone, after)
+
+
+@pytest.mark.parametrize(
+    "name, hw, feature_hw",
+    [
+        ("nmnist", (34, 34), (8, 8)),
+        ("dvsgesture", (128, 128), (32, 32)),
+        ("cifar10dvs", (64, 64), (16, 16)),
+    ],
+)
+def test_frontend_and_model_shapes_per_dataset(name, hw, feature_hw):
+    torch.manual_seed(0)
+    cfg = MambaSpikeConfig.preset(name, input_hw=hw)
+    x = (torch.rand(2, 3, 2, *hw) < 0.2).float()
+    spikes = SpikingFrontEnd(cfg)(x)
+    assert spikes.shape == (2, 3, cfg.spike_channels, *feature_hw)
+    assert set(spikes.unique().tolist()) <= {0.0, 1.0}
+    logits = MambaSpike(cfg)(x)
+    assert logits.shape == (2, PRESETS[name]["n_classes"])
+    assert torch.isfinite(logits).all()
+
+
+def test_parameter_counts_match_the_official_sizes():
+    assert abs(count_parameters(MambaSpike(MambaSpikeConfig.preset("nmnist"))) - 1.03e6) < 0.01e6
+    big = count_parameters(MambaSpike(MambaSpikeConfig.preset("dvsgesture")))
+    assert 35e6 < big < 37e6
+
+
+def test_causal_rate_is_a_trailing_window_mean():
+    x = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]).reshape(1, 7, 1)
+    expected = torch.tensor([1, 1, 2, 2, 2, 1, 1]).float().reshape(1, 7, 1) / 3
+    assert torch.allclose(causal_rate(x, 3), expected)
+
+
+def test_surrogate_gradient_reaches_the_first_conv():
+    torch.manual_seed(0)
+    model = MambaSpike(MambaSpikeConfig(d_model=32, n_layers=1))
+    x = (torch.rand(2, 8, 2, 34, 34) < 0.3).float() * 3
+    loss = torch.nn.functional.cross_entropy(model(x), torch.tensor([1, 2]))
+    loss.backward()
+    assert model.frontend.layers[0].conv.weight.grad.abs().sum() > 0
+
+
+def test_wrong_frame_size_names_the_fix():
+    model = MambaSpike(MambaSpikeConfig(d_model=32, n_layers=1))
+    with pytest.raises(ValueError, match="input_hw"):
+        model(torch.zeros(1, 4, 2, 32, 32))
+
+
+def test_bad_config_values_are_rejected():
+    with pytest.raises(ValueError, match="preset"):
+        MambaSpikeConfig.preset("mnist")
+    with pytest.raises(ValueError, match="DOWNSAMPLE"):
+        MambaSpikeConfig(input_hw=(2, 2))
+
+
+def test_neurons_are_not_kept_in_snntorchs_global_registry():
+    before = len(snn.SpikingNeuron.instances)
+    MambaSpike(MambaSpikeConfig(d_model=32, n_layers=1))
+    assert len(snn.SpikingNeuron.instances) == before
+
+
+def test_firing_rates_report_each_layer():
+    torch.manual_seed(0)
+    model = MambaSpike(MambaSpikeConfig(d_model=32, n_layers=1))
+    stats = firing_rates(model, (torch.rand(1, 5, 2, 34, 34) < 0.5).float() * 2)
+    assert sorted(stats) == sorted(f"layer{i}_{k}" for i in (1, 2, 3) for k in ("rate", "silent"))
+    assert all(0.0 <= v <= 1.0 for v in stats.values())
+    assert stats["layer1_rate"] > 0
