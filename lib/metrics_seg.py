@@ -77,13 +77,14 @@ def _components(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Connected components of a (B, H, W) bool array: image index, centroid (y, x), area."""
     labels, n = ndimage.label(masks, structure=_STRUCTURE)
     flat = labels.ravel()
-    area = np.bincount(flat, minlength=n + 1)[1:]
-    if n == 0:
-        return np.zeros(0, int), np.zeros((0, 2)), area
-    bb, yy, xx = np.indices(masks.shape).reshape(3, -1)
-    sums = [np.bincount(flat, weights=c, minlength=n + 1)[1:] for c in (bb, yy, xx)]
-    image = np.rint(sums[0] / area).astype(int)  # a component lies inside one image
-    return image, np.stack([sums[1] / area, sums[2] / area], axis=1), area
+    on = np.flatnonzero(flat)  # only target/prediction pixels: masks are sparse
+    lab = flat[on] - 1
+    b, y, x = np.unravel_index(on, masks.shape)
+    area = np.bincount(lab, minlength=n)
+    image = np.zeros(n, dtype=int)
+    image[lab] = b  # a component lies inside one image, any of its pixels names it
+    centre = np.stack([np.bincount(lab, y, n), np.bincount(lab, x, n)], axis=1) / area[:, None]
+    return image, centre, area
 
 
 def match_targets(
