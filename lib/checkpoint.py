@@ -8,6 +8,7 @@ moment leaves either the old or the new file, never half of one. Loading uses
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -15,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from lib import faults
 
 FORMAT = 1
 _NAME = re.compile(r"^ckpt-e(\d+)-b(\d+)\.pt$")
@@ -52,8 +55,13 @@ def atomic_save(obj, path: Path) -> None:
     """torch.save to `path` so that a crash leaves the old file or the new one, whole."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    data = buffer.getbuffer()
     with open(tmp, "wb") as f:
-        torch.save(obj, f)
+        f.write(data[: len(data) // 2])
+        faults.point("checkpoint.write")
+        f.write(data[len(data) // 2 :])
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -121,6 +129,9 @@ class Checkpoints:
 
     def latest(self) -> dict | None:
         """The newest checkpoint that loads and fits, or None. Bad files are skipped, loudly."""
+        if self.dir.is_dir():  # half-written temp files of a killed run
+            for tmp in self.dir.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)
         for path in self.paths():
             try:
                 state = self.load(path)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from lib import faults
 from lib.device import DeviceChoice
 from lib.distributed import Dist, unwrap
 from lib.run import Run
@@ -131,6 +132,7 @@ def train_one_epoch(task: Task, loader, backend: Backend, epoch: int, *, start_b
         inputs, target = _io(backend.to_device(batch))
         with backend.autocast():
             loss = task.loss_fn(model(inputs), target)
+        faults.point("train.step")
         backend.backward_step(loss, model, task.optimizer, task.clip_grad)
         if task.scheduler is not None and task.scheduler_interval == "step":
             task.scheduler.step()
@@ -165,6 +167,7 @@ def evaluate(task: Task, loader, backend: Backend, max_batches: int | None = Non
             output = model(inputs)
             loss_sum += task.loss_fn(output, target).detach().float() * target.shape[0]
         seen += target.shape[0]
+        faults.point("eval.batch")
         for m in metrics:
             m.update(output, target)
     out = {"test_loss": float(loss_sum) / max(seen, 1)}

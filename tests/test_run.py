@@ -1,0 +1,66 @@
+"""The run folder: writability checks, durable checkpoints, the ETA warning."""
+
+import os
+
+import pytest
+import torch
+
+from lib import run as run_mod
+from lib.run import Run
+
+
+def make(tmp_path, **kw):
+    return Run(tmp_path / "out", "w", {"a": 1}, {"m": 1}, tensorboard=False, progress=False, **kw)
+
+
+def test_out_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "out").write_text("x")
+    with pytest.raises(ValueError, match="OUT_DIR '.*out' is a file, not a folder"):
+        make(tmp_path)
+
+
+def test_unwritable_out_dir_is_refused(tmp_path, monkeypatch):
+    def read_only(self, *a, **k):
+        raise PermissionError(13, "Read-only file system")
+
+    monkeypatch.setattr(run_mod.Path, "write_text", read_only)
+    with pytest.raises(ValueError, match=r"OUT_DIR '.*' is not writable \(Read-only file system\)"):
+        make(tmp_path)
+
+
+def test_every_checkpoint_is_fsynced_after_it_is_written(tmp_path, monkeypatch):
+    """On Colab, Drive's FUSE mount uploads what is fsynced; a cached file can be lost."""
+    synced, real_open = [], os.open
+    monkeypatch.setattr(run_mod.os, "open",
+                        lambda p, flags: (synced.append(os.fspath(p)), real_open(p, flags))[1])
+    run = make(tmp_path)
+    run.save({"w": torch.ones(1)}, 1, 0, best=True)
+    names = [os.path.basename(p) for p in synced if p.endswith(".pt")]
+    assert names == ["ckpt-e0001-b000000.pt", "best.pt"]
+
+
+def test_eta_beyond_the_session_limit_warns_once_with_the_fix(tmp_path, capsys):
+    run = make(tmp_path, session_hours=12.0)
+    run.begin([], 0)
+    record = {"epoch": 1, "seconds": 3600.0, "samples_per_s": 10.0, "train_loss": 1.0}
+    run.end_epoch(record, epochs=20, progress=run.progress(1))
+    run.end_epoch(dict(record, epoch=2), epochs=20, progress=run.progress(1))
+    out = capsys.readouterr().out
+    assert out.count("WARNING") == 1
+    assert "19.0 h exceed this platform's 12 h session limit" in out
+    assert "ETA 19.0 h" in out and "resumes from epoch 1" in out
+
+
+def test_no_warning_within_the_limit(tmp_path, capsys):
+    run = make(tmp_path, session_hours=12.0)
+    run.begin([], 0)
+    run.end_epoch({"epoch": 1, "seconds": 60.0, "samples_per_s": 1.0}, 3, run.progress(1))
+    assert "WARNING" not in capsys.readouterr().out
+
+
+def test_only_the_main_process_writes(tmp_path):
+    run = Run(tmp_path / "o", "w", {}, {}, main=False, tensorboard=False)
+    run.begin([], 0)
+    run.save({"w": torch.ones(1)}, 1, 0)
+    run.end_epoch({"epoch": 1, "seconds": 1.0, "samples_per_s": 1.0}, 2, run.progress(1))
+    assert not (tmp_path / "o").exists()
