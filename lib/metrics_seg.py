@@ -140,13 +140,15 @@ class PdFaMetric:
 class SegMetrics:
     """mIoU, nIoU, Pd and Fa of an MSHNet output ``(fused, scales)`` or a bare logit map.
 
-    ``set_epoch(e)`` with ``e < warm_epochs`` scores ``scales[0]`` (the head the warm-up loss
-    trains, as the official evaluation does); otherwise, and before any ``set_epoch``, ``fused``.
+    In the warm-up (``warm=True``, or ``set_epoch(e)`` with ``e < warm_epochs``) it scores
+    ``scales[0]``, the head the warm-up loss trains, as the official evaluation does; otherwise
+    ``fused``. With a loop that builds fresh metrics per evaluation, pass the loss's phase:
+    ``lambda: [SegMetrics(warm=loss.warm)]``.
     """
 
-    def __init__(self, warm_epochs: int = 5, max_distance: float = 3.0) -> None:
+    def __init__(self, warm: bool = False, warm_epochs: int = 5, max_distance: float = 3.0):
         self.warm_epochs = warm_epochs
-        self.warm = False
+        self.warm = warm
         self.parts = (IoUMetric(), PdFaMetric(max_distance))
 
     def set_epoch(self, epoch: int) -> None:

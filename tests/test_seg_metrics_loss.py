@@ -113,6 +113,15 @@ def test_warm_up_scores_the_full_scale_head_and_later_the_fused_map():
     assert _run(metric, output, gt, 4)["mIoU"] == pytest.approx(100 * 14 / 43)
     metric.set_epoch(2)
     assert select_prediction(output, metric.warm) is wrong
+    assert _run(SegMetrics(warm=True), output, gt, 4)["mIoU"] == pytest.approx(100 * 14 / 43)
+
+
+def test_metrics_built_from_the_losss_phase_follow_its_warm_up():
+    loss = SLSLoss(warm_epochs=1)
+    loss.set_epoch(0)
+    assert SegMetrics(warm=loss.warm).warm
+    loss.set_epoch(1)
+    assert not SegMetrics(warm=loss.warm).warm
 
 
 def test_iou_state_stays_a_tensor_until_compute():
@@ -200,3 +209,12 @@ def test_loss_is_float32_for_bfloat16_logits():
     logit, target = random_batch(2, 32)
     value = sls_loss(logit.bfloat16(), target)
     assert value.dtype == torch.float32 and torch.isfinite(value)
+
+
+def test_loss_under_autocast_matches_float32():
+    logit, target = random_batch(3, 64, seed=4)
+    scales = [logit[..., :: 2**k, :: 2**k] for k in range(4)]
+    loss = SLSLoss(warm_epochs=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = loss((logit, scales), target)
+    assert mixed.item() == pytest.approx(loss((logit, scales), target).item(), rel=1e-6)

@@ -38,7 +38,9 @@ def _centre(mass: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     xs = torch.arange(w, device=mass.device, dtype=mass.dtype) / w
     ys = torch.arange(h, device=mass.device, dtype=mass.dtype) / h
     m = mass.mean(1) / (h * w)  # (B, H, W); the official maps have one channel
-    return m.sum(1) @ xs, m.sum(2) @ ys  # marginals then a dot: no full-size temporaries
+    # marginals, then products and sums: no full-size temporaries, and no matmul, which
+    # autocast would run in fp16/bf16 (the moments are ~1e-5 and need float32)
+    return (m.sum(1) * xs).sum(-1), (m.sum(2) * ys).sum(-1)
 
 
 def location_loss(prob: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
