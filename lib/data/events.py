@@ -105,6 +105,15 @@ def _sort_by_path(ds) -> None:
             setattr(ds, attr, [values[i] for i in order])
 
 
+def _require_aedat() -> None:
+    """tonic reads .aedat4 through the `aedat` package, which tonic itself does not install."""
+    try:
+        import aedat  # noqa: F401
+    except ImportError as exc:
+        raise ModuleNotFoundError("reading CIFAR10-DVS (.aedat4) needs the `aedat` package; "
+                                  "run `pip install aedat` and restart the kernel.") from exc
+
+
 def _missing_message(name: str, root: Path, error: Exception) -> str:
     return (
         f"{name} is not in DATA_DIR {str(root)!r} (expected {root / TONIC_CLASSES[name].__name__}"
@@ -121,6 +130,8 @@ def load_events(name: str, root: Path, train: bool | None, transform=None, *,
     if root.exists() and not root.is_dir():
         raise ValueError(f"DATA_DIR {str(root)!r} is a file; set DATA_DIR to a folder.")
     cls = TONIC_CLASSES[name]
+    if name == "cifar10dvs":
+        _require_aedat()
     kwargs = {} if name == "cifar10dvs" else {"train": bool(train)}
     # Only sample files skip tonic's "archive present and >= N files" download check.
     gate = mock.patch.object(cls, "_check_exists", return_value=True) if sample else nullcontext()

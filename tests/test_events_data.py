@@ -1,0 +1,185 @@
+"""Event datasets: sample formats read by the real tonic classes, framing, caching, split."""
+
+import shutil
+import sys
+from unittest import mock
+
+import numpy as np
+import pytest
+import tonic
+import torch
+
+from lib.data import events_sample
+from lib.data.events import (
+    PAD_COLLATE,
+    FramesToTensor,
+    build_event_datasets,
+    collate_fn,
+    frame_hw,
+    frame_picture,
+    load_events,
+)
+
+
+def _missing(*modules: str) -> list[str]:
+    missing = []
+    for module in modules:
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    return missing
+
+
+# Writing the CIFAR10-DVS sample needs dv-processing, reading it needs aedat (dev extras).
+MISSING_AEDAT4 = _missing("dv_processing", "aedat")
+NEEDS_DV = pytest.mark.skipif(
+    bool(MISSING_AEDAT4), reason=f"{MISSING_AEDAT4} not installed (pip install dv-processing "
+    "aedat), so the CIFAR10-DVS .aedat4 sample cannot be written and read")
+FRAMING = {"nmnist": dict(n_time_bins=12), "dvsgesture": dict(n_time_bins=10, downsample=4),
+           "cifar10dvs": dict(n_time_bins=10, downsample=4)}
+SIZES = {"nmnist": (40, 20, 10), "dvsgesture": (33, 11, 11), "cifar10dvs": (54, 6, 10)}
+DATASETS = ["nmnist", "dvsgesture", pytest.param("cifar10dvs", marks=NEEDS_DV)]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("events")
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_sample_frames_shape_content_and_cache(name, data_dir):
+    train, test, info = build_event_datasets(name, data_dir, sample=True, **FRAMING[name])
+    n_train, n_test, n_classes = SIZES[name]
+    assert (len(train), len(test), info["num_classes"]) == (n_train, n_test, n_classes)
+    h, w = frame_hw(name, FRAMING[name].get("downsample", 1))
+    first = [train[i] for i in range(len(train))]
+    for frames, label in first:
+        assert frames.shape == (info["T"], 2, h, w) and frames.dtype == torch.float32
+        assert frames.sum() > 50 and isinstance(label, int)
+    assert sorted({label for _, label in first}) == list(range(n_classes))
+    # The second read must come from the HDF5 cache: remove the recordings and read again.
+    shutil.move(str(data_dir / "sample"), str(data_dir / "moved"))
+    try:
+        again = [train[i] for i in range(len(train))]
+    finally:
+        shutil.move(str(data_dir / "moved"), str(data_dir / "sample"))
+    assert all(torch.equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(first, again, strict=True))
+    assert any(p.suffix == ".hdf5" for p in (data_dir / "cache").rglob("*"))
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_samples_are_learnable_by_position(name, data_dir):
+    """A nearest-class-mean classifier on time-summed frames beats chance by far."""
+    train, test, _ = build_event_datasets(name, data_dir, sample=True, **FRAMING[name])
+
+    def flat(ds):
+        xs, ys = zip(*(ds[i] for i in range(len(ds))), strict=True)
+        return torch.stack([x.sum(0).flatten() for x in xs]), torch.tensor(ys)
+
+    (xtr, ytr), (xte, yte) = flat(train), flat(test)
+    means = torch.stack([xtr[ytr == c].mean(0) for c in range(int(ytr.max()) + 1)])
+    predicted = torch.cdist(xte, means).argmin(1)
+    assert (predicted == yte).float().mean() >= 0.8
+
+
+def test_nmnist_bin_round_trips_through_tonics_reader(tmp_path):
+    rng = np.random.default_rng(1)
+    ev = events_sample.blob_events(rng, 3, 10, 34, 300_000, 200)
+    path = tmp_path / "x.bin"
+    path.write_bytes(events_sample.nmnist_bytes(ev))
+    read = tonic.io.read_mnist_file(str(path), dtype=tonic.datasets.NMNIST.dtype)
+    for key in "xytp":
+        assert np.array_equal(read[key], ev[key])
+
+
+def test_dvsgesture_sample_has_users_lighting_and_microseconds(data_dir):
+    root = events_sample.write_dvsgesture_sample(data_dir / "sample")
+    ds = load_events("dvsgesture", root, train=False, sample=True)
+    events, label = ds[0]
+    assert set(ds.users) == {24} and ds.lighting[0] in events_sample.DVSGESTURE_LIGHTING
+    assert events["t"].max() > 1_000_000  # 1.5 s recordings stored in ms, read back in us
+    assert ds.data == sorted(ds.data) and label == ds.targets[0]
+
+
+def test_sample_writers_are_deterministic_and_write_only_once(tmp_path):
+    a = events_sample.write_nmnist_sample(tmp_path / "a", n_train=1, n_test=1)
+    b = events_sample.write_nmnist_sample(tmp_path / "b", n_train=1, n_test=1)
+    file_a, file_b = a / "NMNIST/Train/7/00000.bin", b / "NMNIST/Train/7/00000.bin"
+    assert file_a.read_bytes() == file_b.read_bytes()
+    file_a.write_bytes(b"marker")
+    events_sample.write_nmnist_sample(tmp_path / "a", n_train=1, n_test=1)
+    assert file_a.read_bytes() == b"marker"
+
+
+def test_denoise_keeps_most_sample_events():
+    rng = np.random.default_rng(0)
+    for size, duration in ((34, 300_000), (128, 1_000_000)):
+        ev = events_sample.blob_events(rng, 2, 10, size, duration, 4000)
+        arr = np.zeros(len(ev["t"]), dtype=tonic.datasets.NMNIST.dtype)
+        for key in "xytp":
+            arr[key] = ev[key]
+        assert len(tonic.transforms.Denoise(filter_time=10_000)(arr)) > 0.6 * len(arr)
+
+
+@NEEDS_DV
+def test_cifar10dvs_split_is_seeded_disjoint_and_90_10(data_dir):
+    tr1, te1, _ = build_event_datasets("cifar10dvs", data_dir, sample=True, **FRAMING["cifar10dvs"])
+    tr2, te2, _ = build_event_datasets("cifar10dvs", data_dir, sample=True, **FRAMING["cifar10dvs"])
+    tr3, _, _ = build_event_datasets("cifar10dvs", data_dir, sample=True, seed=7,
+                                     **FRAMING["cifar10dvs"])
+    assert (len(tr1), len(te1)) == (54, 6)
+    assert tr1.indices == tr2.indices and te1.indices == te2.indices
+    assert not set(tr1.indices) & set(te1.indices)
+    assert sorted(tr1.indices + te1.indices) == list(range(60))
+    assert tr3.indices != tr1.indices
+
+
+def test_dt_framing_gives_true_bins_and_fixed_t_pads_or_crops(data_dir):
+    train, _, info = build_event_datasets("nmnist", data_dir, sample=True, dt_us=50_000)
+    assert info["T"] is None and collate_fn(info) is PAD_COLLATE
+    frames, _ = train[0]
+    assert frames.shape[0] == 6  # 300 ms of events in 50 ms bins
+    fixed, _, info = build_event_datasets("nmnist", data_dir, sample=True, dt_us=50_000,
+                                          fixed_t=8)
+    assert info["T"] == 8 and collate_fn(info) is None
+    x = fixed[0][0]
+    assert x.shape[0] == 8 and torch.equal(x[:6], frames) and x[6:].sum() == 0
+    assert torch.equal(FramesToTensor(4)(frames.numpy()), frames[:4])
+    batch, labels = PAD_COLLATE([(frames[:3], 1), (frames, 2)])
+    assert batch.shape == (2, 6, 2, 34, 34) and batch[0, 3:].sum() == 0
+    assert labels.tolist() == [1, 2]
+
+
+def test_frame_picture_colours_polarities():
+    frames = torch.zeros(3, 2, 4, 5)
+    frames[1, 0, 2, 3] = 4.0  # ON
+    frames[2, 1, 0, 0] = 1.0  # OFF
+    picture = frame_picture(frames)
+    assert picture.shape == (4, 5, 3)
+    assert picture[2, 3, 0] == 1.0 and picture[2, 3, 2] == 0.0
+    assert picture[0, 0, 2] > 0 and picture[0, 0, 0] == 0.0
+
+
+def test_framing_and_name_errors_say_what_to_set(data_dir):
+    with pytest.raises(ValueError, match="exactly one"):
+        build_event_datasets("nmnist", data_dir, sample=True, n_time_bins=10, dt_us=1000)
+    with pytest.raises(ValueError, match="FIXED_T"):
+        build_event_datasets("nmnist", data_dir, sample=True, dt_us=1000, static_shapes=True)
+    with pytest.raises(ValueError, match="DOWNSAMPLE"):
+        build_event_datasets("nmnist", data_dir, sample=True, n_time_bins=10, downsample=0)
+    with pytest.raises(ValueError, match="DATASET"):
+        build_event_datasets("mnist", data_dir)
+
+
+def test_missing_real_data_raises_file_not_found_with_the_fix(tmp_path):
+    offline = mock.patch.object(tonic.datasets.NMNIST, "download",
+                                side_effect=OSError("no network"))
+    with offline, pytest.raises(FileNotFoundError, match="SAMPLE_DATA"):
+        build_event_datasets("nmnist", tmp_path, n_time_bins=10)
+
+
+def test_cifar10dvs_without_aedat_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "aedat", None)  # makes `import aedat` fail
+    with pytest.raises(ModuleNotFoundError, match="pip install aedat"):
+        load_events("cifar10dvs", tmp_path, None, sample=True)
