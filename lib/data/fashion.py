@@ -57,10 +57,11 @@ def write_sample(root: Path, n_train: int = 640, n_test: int = 320, seed: int = 
 
 
 def _missing_message(root: Path, error: Exception) -> str:
+    reason = (str(error).strip().splitlines() or [""])[0].rstrip(":")
     return (
         f"Fashion-MNIST is not in DATA_DIR {str(root)!r} (expected "
         f"{root / 'FashionMNIST' / 'raw'}/train-images-idx3-ubyte and its three siblings) and "
-        f"downloading it failed ({type(error).__name__}: {str(error)[:120]}). Fix: enable "
+        f"downloading it failed ({type(error).__name__}: {reason[:120]}). Fix: enable "
         "internet access on this runtime, copy the four files there, point DATA_DIR at the "
         "folder that holds FashionMNIST/, or set SAMPLE_DATA = True for the offline sample."
     )

@@ -1,0 +1,140 @@
+"""The bad-input catalogue: every mistake a notebook user can make gets one clear message
+naming the value, what was expected and the fix, and no existing checkpoint is touched.
+
+Each case runs the notebook source itself (in this process, parameters overridden the way
+papermill does) against an OUT_DIR that already holds a good checkpoint.
+"""
+
+from __future__ import annotations
+
+import runpy
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from lib.checkpoint import Checkpoints
+from tests.fault_harness import notebook_script
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fashion_checkpoint(out: Path) -> None:
+    from dataclasses import asdict
+
+    from lib.models.cnn import CNN, CNNConfig
+
+    model = CNN(CNNConfig())
+    Checkpoints(out / "checkpoints", "fashion_mnist", asdict(CNNConfig())).save(
+        {"model": model.state_dict()}, 1, 0)
+
+
+def _half_downloaded(data: Path) -> None:
+    raw = data / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x03")  # the rest never came
+
+
+def _other_dataset(data: Path) -> None:
+    (data / "cifar-10-batches-py").mkdir(parents=True)
+    (data / "cifar-10-batches-py" / "data_batch_1").write_bytes(b"x")
+
+
+def _data_file(data: Path) -> None:
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text("not a folder")
+
+
+# (id, workload, parameter overrides, setup(data_dir), message parts that must all appear)
+CASES = [
+    ("platform", "fashion_mnist", dict(PLATFORM="colab_v100"), None,
+     ["'colab_v100'", "expected one of", "colab_t4"]),
+    ("device", "fashion_mnist", dict(DEVICE="gpu"), None,
+     ["'gpu'", "expected one of", 'DEVICE = "auto"']),
+    ("device-absent", "fashion_mnist", dict(DEVICE="cuda"), None,
+     ['DEVICE="cuda"', "no cuda device", 'DEVICE = "auto"']),
+    ("epochs-zero", "fashion_mnist", dict(EPOCHS=0), None, ["EPOCHS=0", "must be > 0"]),
+    ("epochs-negative", "fashion_mnist", dict(EPOCHS=-5), None, ["EPOCHS=-5", "must be > 0"]),
+    ("epochs-text", "fashion_mnist", dict(EPOCHS="ten"), None,
+     ["EPOCHS='ten'", "expected int", "papermill -p EPOCHS"]),
+    ("batch-zero", "fashion_mnist", dict(BATCH_SIZE=0), None, ["BATCH_SIZE=0", "must be > 0"]),
+    ("batch-negative", "fashion_mnist", dict(BATCH_SIZE=-32), None, ["BATCH_SIZE=-32", "> 0"]),
+    ("batch-too-big", "fashion_mnist", dict(BATCH_SIZE=100000, SMOKE=False), None,
+     ["fewer than one batch of 100000", "BATCH_SIZE to at most"]),
+    ("lr-zero", "fashion_mnist", dict(LR=0.0), None, ["LR=0.0", "must be > 0"]),
+    ("lr-negative", "fashion_mnist", dict(LR=-1e-3), None, ["LR=-0.001", "must be > 0"]),
+    ("lr-text", "fashion_mnist", dict(LR="1e-3"), None, ["LR='1e-3'", "expected float"]),
+    ("seed-negative", "fashion_mnist", dict(SEED=-1), None, ["SEED=-1", "negative"]),
+    ("smoke-text", "fashion_mnist", dict(SMOKE="True"), None, ["SMOKE='True'", "expected bool"]),
+    ("gamma", "fashion_mnist", dict(GAMMA=2.0), None, ["GAMMA=2.0", "(0, 1]"]),
+    ("data-dir-empty", "fashion_mnist", dict(SAMPLE_DATA=False), lambda d: d.mkdir(),
+     ["not in DATA_DIR", "FashionMNIST/raw", "SAMPLE_DATA = True"]),
+    ("data-dir-is-file", "fashion_mnist", dict(SAMPLE_DATA=False), _data_file,
+     ["is a file", "set DATA_DIR to a folder"]),
+    ("data-dir-other-dataset", "fashion_mnist", dict(SAMPLE_DATA=False), _other_dataset,
+     ["not in DATA_DIR", "train-images-idx3-ubyte", "point DATA_DIR"]),
+    ("half-downloaded", "fashion_mnist", dict(SAMPLE_DATA=False), _half_downloaded,
+     ["not in DATA_DIR", "copy the four files there"]),
+]
+
+
+def run_notebook(workload: str, params: dict, tmp_path: Path):
+    script = notebook_script(workload, params, tmp_path / f"{workload}.py")
+    runpy.run_path(str(script), run_name="__notebook__")
+
+
+@pytest.fixture(autouse=True)
+def _offline_downloads(monkeypatch):
+    """Downloads fail at once here, like a runtime without internet."""
+    from torchvision import datasets
+
+    monkeypatch.setattr(datasets.FashionMNIST, "mirrors", ["http://127.0.0.1:9/"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gets_one_clear_message_and_checkpoints_are_untouched(case, tmp_path):
+    _, workload, overrides, setup, parts = case
+    data, out = tmp_path / "data", tmp_path / "out"
+    fashion_checkpoint(out)
+    before = {p.name: p.read_bytes() for p in (out / "checkpoints").iterdir()}
+    if setup is not None:
+        setup(data)
+    params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=1, DATA_DIR=str(data), OUT_DIR=str(out),
+                  DEVICE="auto")
+    params.update(overrides)
+    with pytest.raises(Exception) as err:
+        run_notebook(workload, params, tmp_path)
+    message = str(err.value)
+    assert isinstance(err.value, (ValueError, FileNotFoundError, RuntimeError)), repr(err.value)
+    assert "\n" not in message, message
+    for part in parts:
+        assert part in message, f"{part!r} not in {message!r}"
+    assert {p.name: p.read_bytes() for p in (out / "checkpoints").iterdir()} == before
+
+
+def test_unwritable_out_dir(tmp_path, monkeypatch):
+    from lib import run as run_mod
+
+    def read_only(self, *a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=1, DATA_DIR=str(tmp_path / "d"),
+                  OUT_DIR=str(tmp_path / "ro"))
+    script = notebook_script("fashion_mnist", params, tmp_path / "nb.py")
+    monkeypatch.setattr(run_mod.Path, "write_text", read_only)
+    with pytest.raises(ValueError, match=r"OUT_DIR '.*ro' is not writable \(Permission denied\)"):
+        runpy.run_path(str(script), run_name="__notebook__")
+
+
+def test_resuming_with_another_model_config_stops_before_touching_anything(tmp_path):
+    out = tmp_path / "out"
+    Checkpoints(out / "checkpoints", "fashion_mnist", {"width": 64}).save(
+        {"model": {"w": torch.ones(1)}}, 1, 0)
+    before = {p.name: p.read_bytes() for p in (out / "checkpoints").iterdir()}
+    params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=2, DATA_DIR=str(tmp_path / "d"),
+                  OUT_DIR=str(out))
+    with pytest.raises(ValueError, match=r"model config \{'width': 64\}.*Set OUT_DIR to a new"):
+        run_notebook("fashion_mnist", params, tmp_path)
+    assert {p.name: p.read_bytes() for p in (out / "checkpoints").iterdir()} == before
+    shutil.rmtree(out)
