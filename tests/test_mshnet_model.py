@@ -87,7 +87,16 @@ def test_warm_up_trains_the_network_but_not_the_coarse_heads_or_fusion(model):
                          "heads.3.weight", "heads.3.bias", "fuse.weight", "fuse.bias"}
 
 
-def test_a_few_steps_on_sample_images_reduce_the_loss():
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: on a shared 2-core machine, two spinning threads cost more."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_a_few_steps_on_sample_images_reduce_the_loss(one_thread):
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     pairs = [sample_pair(rng, 32) for _ in range(4)]
