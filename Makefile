@@ -9,6 +9,8 @@ XLA_VENV ?= .venv-xla
 XLA_PY := $(XLA_VENV)/bin/python
 XLA_TORCH := torch==2.9.0 torchvision==0.24.0 torch-xla==2.9.0
 JOBS ?= 2
+# Tests run JOBS workers, each starting notebook kernels and subprocesses: one intra-op
+# thread apiece keeps 2 cores from thrashing (torch's default would take every core each).
 
 .PHONY: install install-xla demo test test-main test-xla lint notebooks check bench clean
 
@@ -47,7 +49,7 @@ test: test-main test-xla
 test-main: install
 	$(VENV)/bin/ruff check .
 	$(PY) build_notebooks.py --check
-	$(PY) -m pytest -n $(JOBS) -m "not xla" tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) -m "not xla" tests
 
 test-xla: install-xla
 	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -n $(JOBS) -m xla tests
