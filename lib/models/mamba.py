@@ -88,11 +88,15 @@ def linear_scan(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def linear_scan_sequential(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Reference for `linear_scan`: one Python step per time step (slow, obviously right)."""
+    """Reference for `linear_scan`: one Python step per time step (obviously right).
+
+    `unbind` rather than `a[:, t]` indexing: each indexed step's backward would write a
+    zero-filled gradient of the whole sequence, making the backward pass O(L^2).
+    """
     h = torch.zeros_like(x[:, 0])
     hs = []
-    for t in range(x.shape[1]):
-        h = a[:, t] * h + x[:, t]
+    for a_t, x_t in zip(a.unbind(1), x.unbind(1), strict=True):
+        h = a_t * h + x_t
         hs.append(h)
     return torch.stack(hs, dim=1)
 
