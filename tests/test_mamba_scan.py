@@ -43,7 +43,7 @@ def test_selective_scan_matches_sequential_forward_and_gradients(length):
     y_par, g_par = _value_and_grads(inputs, linear_scan)
     y_seq, g_seq = _value_and_grads(inputs, linear_scan_sequential)
     assert (y_par - y_seq).abs().max().item() <= TOL
-    for name, gp, gs in zip("u delta A B C D".split(), g_par, g_seq, strict=True):
+    for name, gp, gs in zip(["u", "delta", "A", "B", "C", "D"], g_par, g_seq, strict=True):
         assert (gp - gs).abs().max().item() <= TOL, f"gradient of {name} differs"
 
 
