@@ -28,6 +28,7 @@ REQUIREMENTS = {
     "snntorch": "snntorch>=0.9",
     "tonic": "tonic>=1.5",
     "lion_pytorch": "lion-pytorch>=0.2",
+    "aedat": "aedat>=2.0",
 }
 
 
