@@ -72,6 +72,31 @@ def test_dataset_name_comes_from_the_folder_or_the_raw_release_names(tmp_path):
     assert find_layout(write_irstd_sample(tmp_path / "mine", 2, 1, 32)).name is None
 
 
+def test_the_folder_named_like_dataset_wins_and_the_sample_folder_is_never_taken(tmp_path):
+    # both datasets attached on Kaggle, plus a sample written earlier beside them
+    for name in ("IRSTD-1k", "NUDT-SIRST", "sample/IRSTD-sample"):
+        write_irstd_sample(tmp_path / "input" / name, 2, 1, 32)
+    assert find_layout(tmp_path / "input").name == "IRSTD-1k"  # the first in sorted order
+    assert find_layout(tmp_path / "input", prefer="NUDT-SIRST").name == "NUDT-SIRST"
+    _, _, info = build_irstd_datasets(tmp_path / "input", False, 32, 32, dataset="NUDT-SIRST")
+    assert info["root"] == str(tmp_path / "input" / "NUDT-SIRST")
+    only_sample = tmp_path / "only"
+    write_irstd_sample(only_sample / "sample" / "IRSTD-sample", 2, 1, 32)
+    with pytest.raises(FileNotFoundError, match="no image folder"):
+        find_layout(only_sample)
+    assert find_layout(only_sample / "sample" / "IRSTD-sample").name is None  # on purpose
+
+
+def test_a_folder_of_the_other_dataset_is_an_error_an_unknown_one_takes_the_name(tmp_path):
+    write_irstd_sample(tmp_path / "NUDT-SIRST", 2, 1, 32)
+    with pytest.raises(ValueError, match=r"DATASET='IRSTD-1k' but .*NUDT-SIRST'?, is NUDT-SIRST; "
+                                         r"set DATASET = 'NUDT-SIRST'"):
+        build_irstd_datasets(tmp_path, False, 32, 32, dataset="IRSTD-1k")
+    write_irstd_sample(tmp_path / "other" / "mine", 2, 1, 32)
+    _, _, info = build_irstd_datasets(tmp_path / "other", False, 32, 32, dataset="IRSTD-1k")
+    assert info["dataset"] == "IRSTD-1k" and info["paper"] == PAPER_RESULTS["IRSTD-1k"]
+
+
 def test_build_writes_the_sample_once_and_reports_what_it_read(tmp_path):
     train, test, info = build_irstd_datasets(tmp_path, sample=True, base_size=64, crop_size=32)
     split = Path(info["train_split"])
@@ -144,6 +169,15 @@ def test_image_and_mask_sizes_differ(copy):
     Image.new("L", (32, 64)).save(root / "masks" / "sample0006.png")
     message = _error(ValueError, root)
     assert "is 64x64 but its mask" in message and "is 32x64" in message
+
+
+def test_check_sizes_finds_a_mismatch_without_reading_the_sample(copy):
+    root = copy()
+    layout = find_layout(root)
+    IRSTDDataset(layout, "train").check_sizes()  # the intact sample passes
+    Image.new("L", (64, 48)).save(root / "masks" / "sample0003.png")
+    with pytest.raises(ValueError, match=r"sample0003.png' is 64x64 but its mask .* is 64x48"):
+        IRSTDDataset(layout, "train").check_sizes()
 
 
 def test_empty_split(copy):

@@ -13,6 +13,7 @@ size. Every random draw uses torch's global RNG (the foundation seeds it per sam
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ MASK_DIRS = ("masks", "IRSTD1k_Label")
 TRAIN_SPLITS = ("trainval.txt", "train.txt", "50_50/trainval.txt", "50_50/train.txt",
                 "img_idx/train_*.txt")
 TEST_SPLITS = ("test.txt", "50_50/test.txt", "img_idx/test_*.txt")
+SAMPLE_FOLDER = "sample"  # DATA_DIR/sample/ holds the offline samples of every workload
 EXTENSIONS = (".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff")
 
 # MSHNet paper, Table 1 (mIoU and Pd in percent, Fa in units of 1e-6).
@@ -56,9 +58,13 @@ def _first_dir(folder: Path, names: tuple[str, ...]) -> Path | None:
 
 
 def _candidates(data_dir: Path):
-    """DATA_DIR, then its sub-folders, then theirs; lazily, so the search stops at the first hit."""
+    """DATA_DIR, then its sub-folders, then theirs; lazily, so the search stops at the first hit.
+
+    A ``sample/`` folder is skipped: that is where the offline samples are written, and real
+    data must never be silently replaced by them (point DATA_DIR into it to use it on purpose).
+    """
     yield data_dir
-    level1 = sorted(p for p in data_dir.iterdir() if p.is_dir())
+    level1 = sorted(p for p in data_dir.iterdir() if p.is_dir() and p.name != SAMPLE_FOLDER)
     yield from level1
     for p in level1:
         yield from sorted(q for q in p.iterdir() if q.is_dir())
@@ -84,8 +90,28 @@ def _guess_name(root: Path, images: Path) -> str | None:
     return None
 
 
-def find_layout(data_dir: str | Path) -> IRSTDLayout:
-    """Locate an accepted layout in ``data_dir`` (see the module docstring), or raise one error."""
+def _layout_in(folder: Path) -> IRSTDLayout | None:
+    """The layout whose image folder is directly in ``folder``, None if it has none."""
+    images = _first_dir(folder, IMAGE_DIRS)
+    if images is None:
+        return None
+    masks = _first_dir(folder, MASK_DIRS)
+    if masks is None:
+        raise FileNotFoundError(
+            f"{str(folder)!r} has {images.name}/ but no mask folder: expected one of "
+            f"{', '.join(d + '/' for d in MASK_DIRS)} beside it; copy the masks there."
+        )
+    train = _find_split(folder, TRAIN_SPLITS, "training")
+    test = _find_split(folder, TEST_SPLITS, "test")
+    return IRSTDLayout(folder, images, masks, train, test, _guess_name(folder, images))
+
+
+def find_layout(data_dir: str | Path, prefer: str | None = None) -> IRSTDLayout:
+    """Locate an accepted layout in ``data_dir`` (see the module docstring), or raise one error.
+
+    With ``prefer`` ("IRSTD-1k" / "NUDT-SIRST") a layout of that name wins over one found
+    earlier (e.g. both datasets attached on Kaggle); otherwise the first found is returned.
+    """
     data_dir = Path(data_dir).expanduser()
     if not data_dir.is_dir():
         raise FileNotFoundError(
@@ -94,19 +120,14 @@ def find_layout(data_dir: str | Path) -> IRSTDLayout:
             "on Colab a folder on Drive (/content/drive/MyDrive/...), on Kaggle an attached "
             "dataset under /kaggle/input/...; or set SAMPLE_DATA = True."
         )
+    first = None
     for folder in _candidates(data_dir):
-        images = _first_dir(folder, IMAGE_DIRS)
-        if images is None:
-            continue
-        masks = _first_dir(folder, MASK_DIRS)
-        if masks is None:
-            raise FileNotFoundError(
-                f"{str(folder)!r} has {images.name}/ but no mask folder: expected one of "
-                f"{', '.join(d + '/' for d in MASK_DIRS)} beside it; copy the masks there."
-            )
-        train = _find_split(folder, TRAIN_SPLITS, "training")
-        test = _find_split(folder, TEST_SPLITS, "test")
-        return IRSTDLayout(folder, images, masks, train, test, _guess_name(folder, images))
+        layout = _layout_in(folder)
+        if layout is not None and (prefer is None or layout.name == prefer):
+            return layout
+        first = first or layout
+    if first is not None:
+        return first
     found = sorted(p.name for p in data_dir.iterdir())[:8]
     raise FileNotFoundError(
         f"no image folder in {str(data_dir)!r} or two levels below it: expected "
@@ -152,18 +173,27 @@ def resolve_files(names: list[str], folder: Path, split: Path, kind: str) -> lis
     return [index[n] for n in names]
 
 
+def _size_error(image_path: Path, image_size, mask_path: Path, mask_size) -> ValueError:
+    return ValueError(
+        f"image {str(image_path)!r} is {image_size[0]}x{image_size[1]} but its mask "
+        f"{str(mask_path)!r} is {mask_size[0]}x{mask_size[1]}; a mask must have its "
+        "image's size: replace the mask or drop the name from the split file."
+    )
+
+
 def load_pair(image_path: Path, mask_path: Path, threshold: int = MASK_THRESHOLD):
     """(RGB image, binary mask as an 'L' image of 0/255); one error when the sizes differ."""
     image = Image.open(image_path).convert("RGB")
     mask = Image.open(mask_path).convert("L")
     if image.size != mask.size:
-        raise ValueError(
-            f"image {str(image_path)!r} is {image.size[0]}x{image.size[1]} but its mask "
-            f"{str(mask_path)!r} is {mask.size[0]}x{mask.size[1]}; a mask must have its "
-            "image's size: replace the mask or drop the name from the split file."
-        )
+        raise _size_error(image_path, image.size, mask_path, mask.size)
     binary = (np.asarray(mask) > threshold).astype(np.uint8) * 255
     return image, Image.fromarray(binary)
+
+
+def _sizes(pair: tuple[Path, Path]) -> tuple:
+    with Image.open(pair[0]) as image, Image.open(pair[1]) as mask:  # headers only
+        return image.size, mask.size
 
 
 def _rand_int(low: int, high: int) -> int:
@@ -218,7 +248,6 @@ def denormalise(x: torch.Tensor) -> torch.Tensor:
     return (x * std + mean).clamp(0, 1)
 
 
-
 def overlay(image: torch.Tensor, target: torch.Tensor, logit: torch.Tensor) -> np.ndarray:
     """(H, W, 3) RGB in [0, 1] for plotting: the grey image, ground truth in green, the
     prediction (logit > 0) in red, both in yellow. Inputs: (3, H, W) normalised, (1, H, W) x2."""
@@ -230,6 +259,7 @@ def overlay(image: torch.Tensor, target: torch.Tensor, logit: torch.Tensor) -> n
     rgb[..., 1][gt] = 1.0
     rgb[..., 0][pred] = 1.0
     return rgb
+
 
 class IRSTDDataset(Dataset):
     """(image (3, S, S) normalised, mask (1, S, S) of 0/1) for one split of a layout.
@@ -254,6 +284,18 @@ class IRSTDDataset(Dataset):
     def __len__(self) -> int:
         return len(self.names)
 
+    def check_sizes(self) -> None:
+        """Raise the size-mismatch error of the first pair whose image and mask sizes differ.
+
+        Reads only the file headers, 16 at a time (a Drive folder answers slowly per file), so
+        a bad pair fails here with one message instead of later inside a loader worker.
+        """
+        pairs = list(zip(self.images, self.masks, strict=True))
+        with ThreadPoolExecutor(16) as pool:
+            for (image, mask), (a, b) in zip(pairs, pool.map(_sizes, pairs), strict=True):
+                if a != b:
+                    raise _size_error(image, a, mask, b)
+
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         image, mask = load_pair(self.images[i], self.masks[i], self.mask_threshold)
         if self.augment:
@@ -276,8 +318,9 @@ def build_irstd_datasets(data_dir: str | Path, sample: bool, base_size: int = 25
     """(train_ds, test_ds, info) for an IRSTD folder, or for the sample written first.
 
     With ``sample`` the sample is written (once) to DATA_DIR/sample/IRSTD-sample and read by
-    the same loader. ``dataset`` ("IRSTD-1k" / "NUDT-SIRST") overrides the name guessed from
-    the path, which picks the paper row in ``info["paper"]`` (None when unknown).
+    the same loader. ``dataset`` ("IRSTD-1k" / "NUDT-SIRST") names the data: a folder of that
+    name is preferred, one recognised as the other dataset is an error, and an unrecognised one
+    takes the name. The name picks the paper row in ``info["paper"]`` (None when unknown).
     """
     from lib.data.irstd_sample import write_irstd_sample
 
@@ -285,8 +328,14 @@ def build_irstd_datasets(data_dir: str | Path, sample: bool, base_size: int = 25
     _check_size("crop_size", crop_size)
     if dataset is not None and dataset not in PAPER_RESULTS:
         raise ValueError(f"dataset={dataset!r}; expected one of {sorted(PAPER_RESULTS)} or None")
-    root = write_irstd_sample(Path(data_dir) / "sample" / "IRSTD-sample") if sample else data_dir
-    layout = find_layout(root)
+    root = Path(data_dir) / SAMPLE_FOLDER / "IRSTD-sample" if sample else data_dir
+    layout = find_layout(write_irstd_sample(root) if sample else root, prefer=dataset)
+    if dataset is not None and layout.name not in (None, dataset):
+        raise ValueError(
+            f"DATASET={dataset!r} but the dataset found in DATA_DIR, {str(layout.root)!r}, is "
+            f"{layout.name}; set DATASET = {layout.name!r} or point DATA_DIR at the {dataset} "
+            "folder."
+        )
     train = IRSTDDataset(layout, "train", base_size, crop_size)
     test = IRSTDDataset(layout, "test", base_size, crop_size)
     name = dataset or layout.name or ("sample" if sample else "unknown")
