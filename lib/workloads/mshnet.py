@@ -1,0 +1,194 @@
+"""MSHNet infrared small-target segmentation: parameters, task, training, results figures.
+
+The official recipe (ying-fu/MSHNet): Adagrad lr 0.05 without a schedule, 400 epochs,
+batch 4, 256 px crops, soft-IoU warm-up for 5 epochs, then the SLS loss on every head. The
+best checkpoint is the one with the highest test mIoU, as the official code keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from lib.config import ConfigError, RunConfig
+from lib.data.common import make_loader
+from lib.data.irstd import PAPER_RESULTS, build_irstd_datasets, overlay
+from lib.distributed import Dist
+from lib.losses.sls import SLSLoss
+from lib.metrics_seg import SegMetrics, select_prediction
+from lib.models.mshnet import MSHNet, MSHNetConfig
+from lib.plots import image_grid
+from lib.session import Session
+from lib.train import Task, evaluate_on, fit
+
+KAGGLE_INPUT = Path("/kaggle/input")  # where Kaggle mounts attached datasets (read-only)
+PAPER_SIZE = 256  # base and crop size of the paper
+SAMPLE_SIZE = 64  # the offline sample's: CPU smoke runs take seconds
+CURVES = ("loss", "mIoU", "nIoU", "Pd", "Fa")
+
+
+def data_dir(runtime: str, sample: bool, default: Path) -> Path:
+    """DATA_DIR when the notebook leaves it None.
+
+    On Kaggle the dataset is attached under /kaggle/input (searched two levels down); the
+    sample cannot be written there (read-only) and goes to the platform default, as on
+    Colab (Drive) and locally.
+    """
+    return KAGGLE_INPUT if runtime == "kaggle" and not sample else default
+
+
+@dataclass
+class MSHNetRunConfig(RunConfig):
+    """The official MSHNet training defaults; image sizes default to 256 (64 on the sample)."""
+
+    WORKLOAD = "mshnet"
+
+    epochs: int = 400
+    lr: float = 0.05  # Adagrad
+    dataset: str = "IRSTD-1k"
+    base_size: int | None = None  # evaluation size; None: 256, or 64 with SAMPLE_DATA
+    crop_size: int | None = None  # training crop; None: like base_size
+    warm_epochs: int = 5  # soft-IoU warm-up epochs before the SLS loss
+
+    def validate(self) -> None:
+        self._choice("dataset", self.dataset, PAPER_RESULTS)
+        for name in ("base_size", "crop_size"):
+            value = getattr(self, name)
+            if value is not None and (value < 16 or value % 16):
+                raise ConfigError(
+                    f"{name.upper()}={value!r} must be a multiple of 16 that is >= 16 (MSHNet "
+                    f"pools four times); e.g. {name.upper()} = 256 as the paper, or None."
+                )
+        if self.warm_epochs < 0:
+            raise ConfigError(f"WARM_EPOCHS={self.warm_epochs!r} must be >= 0 (0: no warm-up); "
+                              "e.g. WARM_EPOCHS = 5 as the paper.")
+
+    def image_sizes(self) -> tuple[int, int]:
+        """(base_size, crop_size) in pixels, the parameters or their defaults."""
+        default = SAMPLE_SIZE if self.sample_data else PAPER_SIZE
+        base = self.base_size or default
+        return base, self.crop_size or base
+
+    def paths(self) -> tuple[Path, Path]:
+        data, out = super().paths()
+        if self.data_dir is None:
+            data = data_dir(self.runtime, self.sample_data, data)
+        return data, out
+
+
+def datasets(s: Session, check: bool = False):
+    """(train_set, test_set, info) of the configured data; `check` reads every size first.
+
+    The offline sample is not named after DATASET (info["dataset"] is "sample"); the paper
+    row for results is always DATASET's.
+    """
+    cfg = s.cfg
+    base, crop = cfg.image_sizes()
+    train_set, test_set, info = build_irstd_datasets(
+        s.data_dir, cfg.sample_data, base, crop, dataset=None if cfg.sample_data else cfg.dataset)
+    if check:
+        train_set.check_sizes()
+        test_set.check_sizes()
+    return train_set, test_set, info
+
+
+def build_task(cfg: MSHNetRunConfig, device: torch.device) -> tuple[Task, dict]:
+    """MSHNet, the SLS loss with its warm-up and Adagrad as a `Task`, plus the model config."""
+    model_cfg = MSHNetConfig()
+    model = MSHNet(model_cfg).to(device)
+    loss = SLSLoss(cfg.warm_epochs)
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=cfg.lr)
+    # Fresh metrics per evaluation, told the loss's phase: warm-up epochs score the head the
+    # warm-up trains (scales[0]), later epochs the fused map.
+    task = Task(model, loss, optimizer, metrics=lambda: [SegMetrics(warm=loss.warm)],
+                monitor="test_mIoU", monitor_mode="max")
+    return task, asdict(model_cfg)
+
+
+def loaders(s: Session, dist: Dist = Dist()):
+    """(train, test) loaders; the training set is sharded across processes."""
+    train_set, test_set, _ = datasets(s)
+    seed = s.cfg.seed
+    return (make_loader(train_set, s.batch_size, s.choice, train=True, seed=seed,
+                        rank=dist.rank, world_size=dist.world_size),
+            make_loader(test_set, s.batch_size, s.choice, train=False, seed=seed))
+
+
+def train(s: Session, dist: Dist = Dist()) -> list[dict]:
+    """Train (resuming if a checkpoint exists) on this process's device; return the history."""
+    train_loader, test_loader = loaders(s, dist)
+    task, model_config = build_task(s.cfg, s.device)
+    run = s.open_run(model_config)
+    try:
+        return fit(task, train_loader, test_loader, s.choice, run, s.cfg.epochs,
+                   max_batches=s.max_batches, checkpoint_minutes=s.cfg.checkpoint_minutes,
+                   dist=dist, device=s.device)
+    finally:
+        run.close()
+
+
+def load_best(s: Session) -> tuple[Task, dict]:
+    """The task with the best checkpoint's weights, its loss in that epoch's phase."""
+    task, model_config = build_task(s.cfg, s.device)
+    run = s.open_run(model_config)
+    state = run.checkpoints.load(run.checkpoints.dir / "best.pt")
+    task.model.load_state_dict(state["model"])
+    task.loss_fn.set_epoch(state["position"][0] - 1)  # position = epochs done
+    return task, state
+
+
+def evaluate_test(s: Session, task: Task, test_loader) -> dict:
+    """test_loss, test_mIoU, test_nIoU, test_Pd, test_Fa of `task` on the test loader."""
+    metrics = [SegMetrics(warm=task.loss_fn.warm)]
+    return evaluate_on(task, test_loader, s.choice, metrics, s.max_batches)
+
+
+def _first(dataset, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `n` (image, mask) pairs of `dataset`, stacked."""
+    pairs = [dataset[i] for i in range(min(n, len(dataset)))]
+    return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+
+
+def _overlays(x, y, logit) -> tuple[torch.Tensor, list[float]]:
+    """(N, 3, H, W) overlay images and each image's IoU of prediction and truth."""
+    rgb = torch.stack([torch.from_numpy(overlay(*t)).permute(2, 0, 1)
+                       for t in zip(x, y, logit, strict=True)])
+    pred, gt = logit > 0, y > 0.5
+    inter, union = (pred & gt).sum((1, 2, 3)), (pred | gt).sum((1, 2, 3))
+    iou = torch.where(union > 0, inter / union.clamp(min=1), 1.0)
+    return rgb, iou.tolist()
+
+
+def example_grid(dataset, n: int = 8, seed: int = 0, path: Path | None = None):
+    """Figure of `n` (augmented) samples, ground truth in green; drawn under its own seed so
+    showing them does not move the global RNG that initialises the model."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        x, y = _first(dataset, n)
+    rgb, _ = _overlays(x, y, torch.full_like(y, -1.0))
+    titles = [f"{int(t.sum())} target px" for t in y]
+    return image_grid(rgb, titles, path, cols=min(n, 8))
+
+
+@torch.no_grad()
+def prediction_grid(task: Task, dataset, device: torch.device, n: int = 8,
+                    path: Path | None = None):
+    """Figure of the first `n` test images: truth green, prediction red, both yellow."""
+    x, y = _first(dataset, n)
+    task.model.eval()
+    logit = select_prediction(task.model(x.to(device)), task.loss_fn.warm).float().cpu()
+    rgb, ious = _overlays(x, y, logit)
+    return image_grid(rgb, [f"IoU {v:.2f}" for v in ious], path, cols=min(n, 4))
+
+
+def results_table(scores: dict, dataset: str, sample: bool) -> str:
+    """Markdown table of this run's mIoU, nIoU, Pd (%) and Fa (x1e-6) beside the paper's."""
+    paper = PAPER_RESULTS[dataset]
+    ours = "this run (offline sample)" if sample else f"this run ({dataset})"
+    rows = [f"| | {ours} | MSHNet paper ({dataset}) |", "|---|---|---|"]
+    for key, unit in (("mIoU", "%"), ("nIoU", "%"), ("Pd", "%"), ("Fa", "x1e-6")):
+        theirs = f"{paper[key]:.2f}" if key in paper else "-"
+        rows.append(f"| {key} ({unit}) | {scores[f'test_{key}']:.2f} | {theirs} |")
+    return "\n".join(rows)
