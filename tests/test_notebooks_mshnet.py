@@ -1,0 +1,78 @@
+"""papermill runs every MSHNet notebook on the CPU and checks what it wrote."""
+
+import math
+
+import pytest
+import torch
+
+from lib.metrics import read_jsonl
+from lib.models.mshnet import MSHNet, MSHNetConfig
+from lib.platforms import PLATFORMS
+from tests.notebook_run import execute, stream_text
+
+pytestmark = pytest.mark.notebook
+# One warm-up epoch then one SLS epoch, two batches of 4 each: both phases in seconds.
+SMOKE = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=2, WARM_EPOCHS=1, SMOKE_BATCHES=2,
+             BATCH_SIZE=4)
+METRICS = ("test_mIoU", "test_nIoU", "test_Pd", "test_Fa")
+
+
+def check_run(out_dir, epochs: int = 2) -> list[dict]:
+    history = read_jsonl(out_dir / "metrics.jsonl")
+    assert [r["epoch"] for r in history] == list(range(1, epochs + 1))
+    for r in history:
+        assert math.isfinite(r["train_loss"]) and math.isfinite(r["test_loss"]), r
+        assert 0 <= r["test_mIoU"] <= 100 and 0 <= r["test_nIoU"] <= 100, r
+        assert 0 <= r["test_Pd"] <= 100 and 0 <= r["test_Fa"] <= 1e6, r  # every image has targets
+        assert r["lr"] == 0.05  # Adagrad, no schedule
+    state = torch.load(out_dir / "checkpoints" / "best.pt", map_location="cpu", weights_only=True)
+    MSHNet(MSHNetConfig(**state["model_config"])).load_state_dict(state["model"])
+    assert list((out_dir / "tb").glob("events.out.tfevents.*"))
+    for figure in ("curves.png", "predictions.png"):
+        assert (out_dir / figure).stat().st_size > 10_000, figure
+    return history
+
+
+def best_record(history: list[dict]) -> dict:
+    """The record best.pt was saved at: the first with the highest test mIoU."""
+    return max(history, key=lambda r: (r["test_mIoU"], -r["epoch"]))
+
+
+@pytest.mark.parametrize("platform", [p for p in sorted(PLATFORMS) if p != "colab_tpu"])
+def test_notebook_trains_on_the_cpu(platform, tmp_path):
+    nb = execute("mshnet", platform, tmp_path, DATA_DIR=str(tmp_path / "data"),
+                 OUT_DIR=str(tmp_path / "run"), **SMOKE)
+    history = check_run(tmp_path / "run")
+    assert {r["device"] for r in history} == {"cpu"}
+    text = stream_text(nb)
+    assert "falls back to the CPU" in text
+    assert "sample: 32 training and 16 test images (images/ + masks/)" in text
+    # The results cell re-scores best.pt in its epoch's phase: the numbers of that epoch.
+    best = best_record(history)
+    assert f"best checkpoint: epoch {best['epoch']} of 2" in text
+    table = (tmp_path / "run" / "results.md").read_text()
+    assert table in text
+    assert f"| mIoU (%) | {best['test_mIoU']:.2f} | 67.16 |" in table
+    assert f"| Fa (x1e-6) | {best['test_Fa']:.2f} | 15.03 |" in table
+
+
+def test_the_sample_is_learned_far_beyond_chance(tmp_path):
+    """32 warm-up steps of 8 images. Predicting every pixel scores mIoU ~0.15; the test mIoU
+    stays there while BatchNorm's running statistics catch up (~16 steps), then jumps."""
+    execute("mshnet", "local_mps", tmp_path, DATA_DIR=str(tmp_path / "data"),
+            OUT_DIR=str(tmp_path / "run"), SMOKE=True, SAMPLE_DATA=True, EPOCHS=8,
+            WARM_EPOCHS=8, SMOKE_BATCHES=4, BATCH_SIZE=8, DATASET="NUDT-SIRST")
+    history = check_run(tmp_path / "run", epochs=8)
+    assert best_record(history)["test_mIoU"] > 10, [r["test_mIoU"] for r in history]
+    assert "| mIoU (%) |" in (tmp_path / "run" / "results.md").read_text()
+    assert "80.55" in (tmp_path / "run" / "results.md").read_text()  # the NUDT-SIRST row
+
+
+def test_tpu_notebook_without_torch_xla_runs_on_the_cpu(tmp_path):
+    from lib.xla import installed
+
+    if installed():  # only when the whole suite is run inside the XLA lane's environment
+        pytest.skip("torch_xla is installed here: tests/test_xla_mshnet.py covers this notebook")
+    execute("mshnet", "colab_tpu", tmp_path, DATA_DIR=str(tmp_path / "data"),
+            OUT_DIR=str(tmp_path / "run"), **SMOKE)
+    assert check_run(tmp_path / "run")[-1]["device"] == "cpu"
