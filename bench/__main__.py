@@ -1,0 +1,162 @@
+"""`python -m bench` (`make bench`): run every benchmark and write BENCHMARKS.md.
+
+    python -m bench               # the default suite: about 10 minutes on 2 CPU cores
+    python -m bench --notebooks   # also execute every notebook in smoke mode (minutes more)
+    python -m bench --quick       # tiny sizes: proves the suite runs; the numbers mean little
+    python -m bench --only loop pipeline --out /tmp/B.md
+
+Each section is a module of this package returning rows of numbers (medians of repeated
+runs, ratios against a baseline measured in the same process). Modules written by others
+(`bench_scan`, `bench_seg`) run as subprocesses, their printed tables quoted as they are;
+a module that is not there yet is reported as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from bench import bench_gpu, bench_loop, bench_pipeline, bench_suite, bench_xla
+from bench.common import FIGURES, ROOT, machine, markdown_table, run_python, set_threads
+
+SECTIONS = ("loop", "pipeline", "scan", "seg", "xla", "suite", "gpu")
+EXTERNAL = {"scan": ("bench_scan", "Mamba selective scan: parallel vs sequential"),
+            "seg": ("bench_seg", "MSHNet SLS loss and metrics: vectorised vs per-sample")}
+# (default, --quick) keyword arguments of each section's run().
+SIZES = {
+    "loop": (dict(steps=30, repeats=3), dict(steps=2, repeats=1)),
+    "pipeline": (dict(n_batches=4, steps=2), dict(workloads=["fashion_mnist"], n_batches=1,
+                                                  steps=1, framing_repeats=1)),
+    "xla": (dict(steps=10, batch=32, epochs=3), dict(steps=2, batch=16, epochs=2)),
+    "suite": (dict(repeats=3), dict(repeats=1)),
+    "gpu": (dict(steps=10), dict(steps=2)),
+}
+
+
+def external(module: str) -> str:
+    """The printed output of `python -m bench.<module>` as a code block, or why there is none."""
+    if not (ROOT / "bench" / f"{module}.py").exists():
+        return f"not measured: bench/{module}.py is not there yet."
+    out = run_python(["-m", f"bench.{module}"])
+    if out["returncode"] != 0:
+        tail = " / ".join((out["stderr"] or out["stdout"]).strip().splitlines()[-2:])
+        return f"`python -m bench.{module}` failed (exit {out['returncode']}): {tail}"
+    printed = out["stdout"].strip()
+    return f"`python -m bench.{module}` ({out['seconds']:.0f} s):\n\n```\n{printed}\n```"
+
+
+def _rel(path: Path, out: Path) -> str:
+    try:
+        return path.resolve().relative_to(out.resolve().parent).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def section(name: str, quick: bool, notebooks: bool, figures: Path, out: Path) -> tuple[str, dict]:
+    """(markdown, raw result) of one section."""
+    kwargs = SIZES.get(name, ({}, {}))[quick]
+    if name in EXTERNAL:
+        return external(EXTERNAL[name][0]), {}
+    if name == "xla":  # the eager baseline there uses as many threads as this process
+        res = bench_xla.measure_in_subprocess(threads=torch.get_num_threads(), **kwargs)
+        fig = bench_xla.plot(res, figures) if res.get("status") == "measured" else None
+        return bench_xla.report(res, fig and _rel(fig, out)), res
+    if name == "suite":
+        res = bench_suite.run(with_notebooks=notebooks, **kwargs)
+        return bench_suite.report(res), res
+    if name == "gpu":
+        res = bench_gpu.run(**kwargs)
+        return bench_gpu.report(res), res
+    module = {"loop": bench_loop, "pipeline": bench_pipeline}[name]
+    res = module.run(**kwargs)
+    return module.report(res, _rel(module.plot(res, figures), out)), res
+
+
+TITLES = {"loop": "Loop overhead: `fit` vs a bare PyTorch loop",
+          "pipeline": "Input pipeline: data loading vs training step",
+          "scan": EXTERNAL["scan"][1], "seg": EXTERNAL["seg"][1],
+          "xla": "XLA on the CPU vs eager CPU", "suite": "The suite: rendering and notebooks",
+          "gpu": "GPU: samples/s, peak memory, fraction of peak FLOP/s"}
+
+
+def summary(results: dict) -> list[str]:
+    """One line per target of issue 8, from the measured results."""
+    lines = []
+    for row in results.get("loop", {}).get("rows", []):
+        if row["variant"] != "bare":
+            ok = "meets" if row["ratio"] >= 0.97 else "BELOW"
+            lines.append(f"- {row['device']}, {row['variant']}: {row['ratio']:.3f} of the bare "
+                         f"loop's samples/s ({ok} the 0.97 target)")
+    frames = results.get("pipeline", {}).get("framing")
+    if frames:
+        ok = "meets" if frames["speedup"] >= frames["target"] else "BELOW"
+        lines.append(f"- event framing from the disk cache: {frames['speedup']:.1f}x faster than "
+                     f"cold ({ok} the 10x target)")
+    for row in results.get("xla", {}).get("rows", []):
+        if "compiles_later" in row:
+            lines.append(f"- {row['variant']}: {row['ratio']:.2f}x eager CPU steps/s; "
+                         f"{row['compiles_later']} compilations after epoch 1")
+    if results.get("gpu", {}).get("status") == bench_gpu.NO_GPU:
+        lines.append(f"- GPU: {bench_gpu.NO_GPU}")
+    return lines
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def header(info: dict, command: str, seconds: float) -> list[str]:
+    rows = [{"what": k, "value": v} for k, v in info.items()]
+    return ["# Benchmarks", "",
+            f"Written by `{command}` on {datetime.date.today().isoformat()} at commit "
+            f"{_commit()} in {seconds / 60:.1f} min. Timings are medians of repeated runs; "
+            "every ratio is against a baseline measured in the same process. Regenerate with "
+            "`make bench`.", "", "## Machine", "",
+            markdown_table(rows, [("what", "what"), ("value", "value")])]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="run the benchmarks, write BENCHMARKS.md")
+    parser.add_argument("--notebooks", action="store_true",
+                        help="also execute every notebook in smoke mode (takes minutes)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
+    parser.add_argument("--only", nargs="*", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (0: torch's default); see bench/common.py")
+    parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
+    parser.add_argument("--figures", type=Path, default=FIGURES)
+    args = parser.parse_args(argv)
+    start, previous = time.perf_counter(), torch.get_num_threads()
+    info = machine() | {"threads": set_threads(args.threads)}
+    body, results = [], {}
+    try:
+        for name in args.only:
+            print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            text, results[name] = section(name, args.quick, args.notebooks, args.figures,
+                                          args.out)
+            body += ["", f"## {TITLES[name]}", "", text]
+            print(f"[bench] {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    finally:
+        torch.set_num_threads(previous)
+    info["load_average_after"] = machine()["load_average"]
+    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    lines = header(info, command.strip(), time.perf_counter() - start)
+    lines += ["", "## Summary", "", *summary(results), *body, ""]
+    args.out.write_text("\n".join(lines))
+    print(f"[bench] wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

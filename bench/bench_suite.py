@@ -1,0 +1,118 @@
+"""The project's own tooling: rendering every notebook, `--check`, and (optionally) executing
+every rendered notebook in smoke mode through papermill, the way the notebook tests do.
+
+Run: ``python -m bench.bench_suite [--notebooks]``.
+
+Rendering runs on a copy of the sources in a temporary folder (so the repository is never
+rewritten while others edit it), each as a fresh `python build_notebooks.py` process: the
+time a user waits, interpreter and imports included. Notebook execution takes minutes, so it
+is behind ``--notebooks``; the TPU notebook runs on the CPU fallback here (the XLA lane of
+`make test` runs it on torch_xla).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import ROOT, markdown_table, median, run_python
+
+COPIED = ("build_notebooks.py", "pyproject.toml", "README.md", "notebooks_src", "notebooks",
+          "lib")
+
+
+def workspace(dest: Path) -> Path:
+    """A copy of what `build_notebooks.py` reads and writes, under `dest`."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=ignore)
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def time_render(repeats: int = 3, python: str = sys.executable) -> dict:
+    """Median seconds of `build_notebooks.py` and of `--check` right after it (which passes)."""
+    render, check, rendered = [], [], 0
+    with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
+        ws = workspace(Path(tmp))
+        for _ in range(repeats):
+            for args, times in (([], render), (["--check"], check)):
+                out = run_python([str(ws / "build_notebooks.py"), *args], python)
+                if out["returncode"] != 0:
+                    detail = (out["stderr"] or out["stdout"]).strip().splitlines()[-1:]
+                    raise RuntimeError(f"build_notebooks.py {' '.join(args)} failed: {detail}")
+                times.append(out["seconds"])
+        rendered = len(list((ws / "notebooks").glob("*/*.ipynb")))
+    return {"notebooks": rendered, "repeats": repeats,
+            "rows": [{"task": f"render all {rendered} notebooks", "seconds": median(render),
+                      "runs": render},
+                     {"task": "build_notebooks.py --check", "seconds": median(check),
+                      "runs": check}]}
+
+
+def notebooks() -> list[tuple[str, str]]:
+    """(platform, workload) of every rendered notebook."""
+    return sorted((p.parent.name, p.stem) for p in (ROOT / "notebooks").glob("*/*.ipynb"))
+
+
+def time_notebooks(folder: Path | None = None, which: list[tuple[str, str]] | None = None,
+                   epochs: int = 2) -> list[dict]:
+    """Execute each notebook with SMOKE and SAMPLE_DATA (as the tests do); seconds each."""
+    from tests.notebook_run import execute
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-notebooks-") as tmp:
+        base = Path(folder or tmp)
+        for platform, workload in which or notebooks():
+            out = base / f"{platform}-{workload}"
+            start = time.perf_counter()
+            try:
+                execute(workload, platform, out, DATA_DIR=str(out / "data"),
+                        OUT_DIR=str(out / "run"), SMOKE=True, SAMPLE_DATA=True, EPOCHS=epochs)
+                status = "ok"
+            except Exception as exc:  # a failing notebook is a result here, not a crash
+                status = f"failed: {type(exc).__name__}"
+            rows.append({"platform": platform, "workload": workload,
+                         "seconds": time.perf_counter() - start, "status": status})
+    return rows
+
+
+def run(repeats: int = 3, with_notebooks: bool = False) -> dict:
+    res = time_render(repeats)
+    res["executions"] = time_notebooks() if with_notebooks else None
+    return res
+
+
+def report(res: dict) -> str:
+    text = [f"Fresh processes on a copy of the sources; median of {res['repeats']}.", "",
+            markdown_table(res["rows"], [("task", "task"), ("seconds", "seconds")])]
+    runs = res["executions"]
+    if runs is None:
+        text += ["", "Notebook execution: not measured in this run (`python -m bench "
+                 "--notebooks` executes every notebook in smoke mode; it takes minutes)."]
+    else:
+        total = sum(r["seconds"] for r in runs)
+        text += ["", f"Every notebook in smoke mode (SMOKE, SAMPLE_DATA, EPOCHS=2) through "
+                 f"papermill: {total:.0f} s in all.", "",
+                 markdown_table(runs, [("platform", "platform"), ("workload", "workload"),
+                                       ("seconds", "seconds"), ("status", "status")])]
+    return "\n".join(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="time rendering, --check and notebook runs")
+    parser.add_argument("--notebooks", action="store_true", help="also execute every notebook")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    print(report(run(args.repeats, args.notebooks)))
+
+
+if __name__ == "__main__":
+    main()

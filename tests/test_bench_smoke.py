@@ -1,0 +1,193 @@
+"""The benchmark modules at tiny sizes: the structure of what they return, never timings."""
+
+import math
+import sys
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from bench import __main__ as suite
+from bench import bench_gpu, bench_loop, bench_pipeline, bench_suite, bench_xla
+from bench.common import ROOT
+from lib.data.common import SeededDataset
+from lib.platforms import PLATFORMS
+
+
+def positive(x) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+def test_loop_rows_have_every_variant_and_ratios_to_the_bare_loop(tmp_path):
+    res = bench_loop.run(steps=2, batch=16, repeats=2, devices=["cpu"], folder=tmp_path)
+    rows = res["rows"]
+    assert [r["variant"] for r in rows] == list(bench_loop.VARIANTS)
+    bare = rows[0]
+    for row in rows:
+        assert positive(row["samples_per_s"]) and positive(row["wall_s"])
+        assert len(row["runs_samples_per_s"]) == 2
+        assert row["ratio"] == pytest.approx(row["samples_per_s"] / bare["samples_per_s"])
+        assert row["cpu_ratio"] == pytest.approx(bare["cpu_s"] / row["cpu_s"])
+        assert 0 <= row["test_accuracy"] <= 1
+    assert bare["ratio"] == 1
+    assert [r["loader"] for r in res["loaders"]][0] == "torch DataLoader"
+    assert all(positive(r["ms_per_batch"]) for r in res["loaders"])
+    assert "| cpu | fit |" in bench_loop.report(res)
+
+
+def test_fit_in_the_benchmark_really_wrote_a_run_folder(tmp_path):
+    train, test = bench_loop.datasets(tmp_path, 2, 16)
+    acc, wall, cpu = bench_loop.lib_fit(train, test, 16, 1, 0, bench_loop.choice_for("cpu"),
+                                        tmp_path / "run")
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 1
+    assert (tmp_path / "run" / "checkpoints" / "best.pt").exists()
+    assert list((tmp_path / "run" / "tb").glob("events.out.tfevents.*"))
+    assert 0 <= acc <= 1 and positive(wall) and cpu > 0
+
+
+class _Augmenting(Dataset):
+    """Samples drawn from the global torch RNG, as random augmentation does."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.rand(3) + i, int(torch.randint(0, 100, ()))
+
+
+def test_the_proposed_seeding_fix_gives_identical_samples_and_keeps_the_global_rng():
+    ds = SeededDataset(_Augmenting(), seed=5)
+    keys = [(e, i) for e in range(3) for i in range(8)]
+    before = torch.get_rng_state()
+    current = [ds[k] for k in keys]
+    fixed = [bench_loop.cpu_only_seeding(ds, k) for k in keys]
+    assert torch.equal(torch.get_rng_state(), before)
+    for (a, la), (b, lb) in zip(current, fixed, strict=True):
+        assert torch.equal(a, b) and la == lb
+    assert not torch.equal(current[0][0], current[8][0])  # epochs differ
+
+
+def test_pipeline_row_of_fashion_and_missing_modules_reported(tmp_path, monkeypatch):
+    monkeypatch.setitem(bench_pipeline.WORKLOADS, "future", ("lib.data.not_yet", None))
+    res = bench_pipeline.run(["fashion_mnist", "future"], tmp_path, n_batches=2, steps=1,
+                             batches={"fashion_mnist": 32}, framing_repeats=0)
+    (row,) = res["rows"]
+    assert row["workload"] == "fashion_mnist" and row["batch"] == 32 and row["batches"] == 2
+    for key in ("load_ms", "load_fix_ms", "step_ms", "loader_samples_per_s"):
+        assert positive(row[key]), key
+    assert row["load_over_step"] == pytest.approx(row["load_ms"] / row["step_ms"])
+    assert row["loader_samples_per_s"] == pytest.approx(32 / row["load_ms"] * 1e3)
+    assert row["starved"] == (row["load_ms"] > row["step_ms"])
+    assert res["missing"] == ["future: lib.data.not_yet is not there yet"]
+    assert res["framing"] is None
+    assert "not measured: future" in bench_pipeline.report(res)
+
+
+def test_time_steps_times_every_step_after_the_warm_up():
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), 0.1)
+    batches = [(torch.randn(3, 4), torch.tensor([0, 1, 0]))]
+    times = bench_pipeline.time_steps(model, torch.nn.functional.cross_entropy, opt, batches, 3)
+    assert len(times) == 3 and all(positive(t) for t in times)
+
+
+def test_event_framing_cold_and_cached(tmp_path):
+    res = bench_pipeline.framing(tmp_path, repeats=1)
+    assert res["recordings"] > 0
+    assert positive(res["cold_ms"]) and positive(res["cached_ms"])
+    assert res["speedup"] == pytest.approx(res["cold_ms"] / res["cached_ms"])
+
+
+def test_xla_section_without_the_environment_says_not_measured(tmp_path):
+    res = bench_xla.measure_in_subprocess(python=tmp_path / "no-python")
+    assert res == {"status": bench_xla.NO_XLA}
+    assert bench_xla.report(res) == bench_xla.NO_XLA
+
+
+def test_xla_module_in_an_environment_without_torch_xla_fails_clearly():
+    from lib.xla import installed
+
+    if installed():
+        pytest.skip("this environment has torch_xla")
+    res = bench_xla.measure_in_subprocess(python=sys.executable, steps=1)
+    assert res["status"].startswith("failed (exit 1)")
+    assert "needs torch_xla" in res["status"]
+
+
+@pytest.mark.xla
+def test_xla_rows_in_the_xla_environment():
+    pytest.importorskip("torch_xla")
+    res = bench_xla.measure_in_subprocess(python=sys.executable, steps=2, batch=8, epochs=2)
+    assert res["status"] == "measured", res["status"]
+    eager, *xla_rows = res["rows"]
+    assert eager["device"] == "cpu" and [r["device"] for r in xla_rows] == ["xla", "xla"]
+    for row in res["rows"]:
+        assert positive(row["steps_per_s"]) and positive(row["first_epoch_steps_per_s"])
+        assert row["ratio"] == pytest.approx(row["steps_per_s"] / eager["steps_per_s"])
+    for row in xla_rows:
+        assert len(row["compiles_per_epoch"]) == 2 and row["compiles_epoch1"] > 0
+
+
+def test_render_and_check_timings_on_a_copy():
+    res = bench_suite.time_render(repeats=1)
+    expected = len(list((ROOT / "notebooks_src").glob("*.py"))) * len(PLATFORMS)
+    assert res["notebooks"] == expected
+    assert [r["task"] for r in res["rows"]][1] == "build_notebooks.py --check"
+    assert all(positive(r["seconds"]) and len(r["runs"]) == 1 for r in res["rows"])
+
+
+def test_a_notebook_that_cannot_run_is_a_failed_row_not_a_crash(tmp_path):
+    (row,) = bench_suite.time_notebooks(tmp_path, [("colab_t4", "no_such_workload")])
+    assert row["status"].startswith("failed") and positive(row["seconds"])
+
+
+def _tiny_case():
+    from lib.models.cnn import CNN, CNNConfig
+
+    return bench_gpu.StepCase(
+        "tiny", "fashion_mnist", lambda: CNN(CNNConfig(width=4, hidden=8)),
+        lambda n: (torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,))),
+        torch.nn.functional.cross_entropy, lambda p: torch.optim.SGD(p, lr=0.1))
+
+
+def test_gpu_step_measurement_on_the_cpu():
+    row = bench_gpu.measure_step(_tiny_case(), 4, torch.device("cpu"), steps=2, warmup=1)
+    assert row["peak_memory_mb"] is None  # only CUDA reports it
+    assert positive(row["step_ms"]) and positive(row["gflop_per_step"])
+    assert row["samples_per_s"] == pytest.approx(4 / (row["step_ms"] / 1e3))
+    assert row["achieved_tflops"] == pytest.approx(
+        row["gflop_per_step"] / 1e3 / (row["step_ms"] / 1e3))
+
+
+def test_flops_scale_with_the_batch_and_peaks_are_known_for_the_platform_gpus():
+    case = _tiny_case()
+    assert bench_gpu.step_flops(case, 8) == pytest.approx(8 * bench_gpu.step_flops(case, 1))
+    assert bench_gpu.peak_tflops("Tesla T4", torch.float16) == 65.0
+    assert bench_gpu.peak_tflops("Tesla P100-PCIE-16GB", None) == 9.3
+    assert bench_gpu.peak_tflops("Some Future GPU", torch.float16) is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU report")
+def test_gpu_section_without_cuda_says_unmeasured():
+    res = bench_gpu.run(cases=[_tiny_case()])
+    assert res["status"] == bench_gpu.NO_GPU
+    assert res["rows"][0]["batch"] == PLATFORMS["colab_t4"].batch_size("fashion_mnist")
+    assert positive(res["rows"][0]["gflop_per_step"])
+    assert bench_gpu.report(res).startswith("unmeasured: no GPU")
+
+
+def test_main_writes_the_report_with_machine_summary_and_linked_figures(tmp_path, monkeypatch):
+    monkeypatch.setitem(suite.EXTERNAL, "scan", ("bench_not_written", "Scan"))
+    monkeypatch.setattr(bench_gpu, "_cases", lambda: [_tiny_case()])
+    out = tmp_path / "B.md"
+    argv = ["--quick", "--only", "loop", "scan", "gpu", "--out", str(out), "--figures",
+            str(tmp_path / "figs")]
+    assert suite.main(argv) == 0
+    text = out.read_text()
+    assert "## Machine" in text and f"| torch | {torch.__version__} |" in text
+    assert "not measured: bench/bench_not_written.py is not there yet." in text
+    assert "of the bare loop's samples/s" in text  # the summary line of the loop target
+    assert "![loop overhead](figs/loop.png)" in text
+    assert (tmp_path / "figs" / "loop.png").stat().st_size > 0
+    if not torch.cuda.is_available():
+        assert "- GPU: unmeasured: no GPU" in text
