@@ -46,6 +46,22 @@ def _data_file(data: Path) -> None:
     data.write_text("not a folder")
 
 
+def _irstd(data: Path, break_it=None) -> None:
+    """A small IRSTD-1k folder in DATA_DIR (official layout; train sample0000-0003, test
+    sample0004-0005, 64 px), then `break_it(folder)`."""
+    from lib.data.irstd_sample import write_irstd_sample
+
+    root = write_irstd_sample(data / "IRSTD-1k", n_train=4, n_test=2, size=64)
+    if break_it is not None:
+        break_it(root)
+
+
+def _small_mask(root: Path) -> None:
+    from PIL import Image
+
+    Image.new("L", (32, 64)).save(root / "masks" / "sample0001.png")
+
+
 # (id, workload, parameter overrides, setup(data_dir), message parts that must all appear)
 CASES = [
     ("platform", "fashion_mnist", dict(PLATFORM="colab_v100"), None,
@@ -76,6 +92,28 @@ CASES = [
      ["not in DATA_DIR", "train-images-idx3-ubyte", "point DATA_DIR"]),
     ("half-downloaded", "fashion_mnist", dict(SAMPLE_DATA=False), _half_downloaded,
      ["not in DATA_DIR", "copy the four files there"]),
+    ("mshnet-missing-folder", "mshnet", dict(SAMPLE_DATA=False), None,
+     ["IRSTD DATA_DIR", "is not a folder", "/kaggle/input", "SAMPLE_DATA = True"]),
+    ("mshnet-missing-masks", "mshnet", dict(SAMPLE_DATA=False),
+     lambda d: _irstd(d, lambda r: shutil.rmtree(r / "masks")),
+     ["has images/ but no mask folder", "masks/, IRSTD1k_Label/", "copy the masks there"]),
+    ("mshnet-name-without-image", "mshnet", dict(SAMPLE_DATA=False),
+     lambda d: _irstd(d, lambda r: (r / "images" / "sample0005.png").unlink()),
+     ["1 name(s) in", "test.txt", "no image in", "['sample0005']", "remove the names"]),
+    ("mshnet-name-without-mask", "mshnet", dict(SAMPLE_DATA=False),
+     lambda d: _irstd(d, lambda r: (r / "masks" / "sample0002.png").unlink()),
+     ["trainval.txt", "no mask in", "['sample0002']", "add the files"]),
+    ("mshnet-size-mismatch", "mshnet", dict(SAMPLE_DATA=False), lambda d: _irstd(d, _small_mask),
+     ["sample0001.png' is 64x64 but its mask", "is 32x64", "replace the mask"]),
+    ("mshnet-empty-split", "mshnet", dict(SAMPLE_DATA=False),
+     lambda d: _irstd(d, lambda r: (r / "test.txt").write_text("\n\n")),
+     ["test.txt", "lists no images", "one name per line"]),
+    ("mshnet-other-dataset", "mshnet", dict(SAMPLE_DATA=False, DATASET="NUDT-SIRST"), _irstd,
+     ["DATASET='NUDT-SIRST'", "is IRSTD-1k", "set DATASET = 'IRSTD-1k'"]),
+    ("mshnet-dataset", "mshnet", dict(DATASET="SIRST"), None,
+     ["unknown DATASET 'SIRST'", "['IRSTD-1k', 'NUDT-SIRST']"]),
+    ("mshnet-base-size", "mshnet", dict(BASE_SIZE=100), None,
+     ["BASE_SIZE=100", "multiple of 16", "BASE_SIZE = 256"]),
 ]
 
 

@@ -1,0 +1,67 @@
+"""The MSHNet TPU notebook for real: torch_xla on the CPU (PJRT_DEVICE=CPU), `make test-xla`."""
+
+import json
+import math
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.xla
+torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
+
+from lib import xla  # noqa: E402
+from lib.data.irstd import build_irstd_datasets  # noqa: E402
+from lib.metrics import read_jsonl  # noqa: E402
+from lib.models.mshnet import MSHNet, MSHNetConfig  # noqa: E402
+from tests.notebook_run import execute, stream_text  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tpu_run(tmp_path_factory):
+    """The colab_tpu MSHNet notebook, three smoke epochs of the full SLS loss (no warm-up)."""
+    tmp = tmp_path_factory.mktemp("tpu")
+    nb = execute("mshnet", "colab_tpu", tmp, env={"PJRT_DEVICE": "CPU"}, SMOKE=True,
+                 SAMPLE_DATA=True, EPOCHS=3, WARM_EPOCHS=0, SMOKE_BATCHES=2, BATCH_SIZE=8,
+                 DATA_DIR=str(tmp / "data"), OUT_DIR=str(tmp / "run"))
+    return tmp, nb
+
+
+def test_the_tpu_notebook_really_ran_on_xla_in_bf16(tpu_run):
+    tmp, nb = tpu_run
+    history = read_jsonl(tmp / "run" / "metrics.jsonl")
+    assert [r["device"] for r in history] == ["xla"] * 3
+    assert all(math.isfinite(r["train_loss"]) and math.isfinite(r["test_loss"]) for r in history)
+    config = json.loads((tmp / "run" / "config.json").read_text())
+    assert config["resolved"]["device"] == "xla" and config["resolved"]["precision"] == "bf16"
+    assert "device xla (bf16)" in stream_text(nb)
+    assert (tmp / "run" / "predictions.png").stat().st_size > 1000
+    assert "| mIoU (%) |" in (tmp / "run" / "results.md").read_text()
+
+
+def test_compilations_stop_after_the_first_epoch(tpu_run):
+    """Static shapes: the training step, the evaluation and the metrics compile once."""
+    tmp, _ = tpu_run
+    compiles = [r["xla_compiles"] for r in read_jsonl(tmp / "run" / "metrics.jsonl")]
+    assert compiles[0] > 0
+    assert compiles[1] == compiles[0] and compiles[2] == compiles[0], compiles
+
+
+def test_an_xla_checkpoint_gives_the_same_predictions_on_a_plain_cpu(tpu_run):
+    """Same masks; logits equal up to float32 rounding, relative to their size (after six
+    Adagrad steps, whose first moves every weight by lr, they are ~1e7 in eval mode)."""
+    tmp, _ = tpu_run
+    state = torch.load(tmp / "run" / "checkpoints" / "best.pt", map_location="cpu",
+                       weights_only=True)
+    _, test_set, _ = build_irstd_datasets(tmp / "data", True, 64, 64)
+    images = torch.stack([test_set[i][0] for i in range(4)])
+    cpu_model = MSHNet(MSHNetConfig(**state["model_config"]))
+    xla_model = MSHNet(MSHNetConfig(**state["model_config"]))
+    for model in (cpu_model, xla_model):
+        model.load_state_dict(state["model"])
+        model.eval()
+    xla_model.to(xla.device())
+    with torch.no_grad():
+        on_cpu = cpu_model(images)[0]
+        on_xla = xla_model(images.to(xla.device()))[0].cpu()
+    assert torch.equal(on_xla > 0, on_cpu > 0)
+    assert (on_xla - on_cpu).abs().max() <= 1e-2 * on_cpu.abs().max()
