@@ -16,6 +16,11 @@ pytestmark = pytest.mark.notebook
 SEED = int(os.environ.get("TA_FAULT_SEED", "20261122"))
 WORKLOADS = {  # workload -> smoke parameters; kill points per workload
     "fashion_mnist": (dict(EPOCHS=4, SMOKE_BATCHES=6), 24),
+    # a tiny model on 8 frames; kills also land in the data cell's cache warm-up
+    "mamba_spike": (dict(EPOCHS=4, SMOKE_BATCHES=6, BATCH_SIZE=4, N_TIME_BINS=8, D_MODEL=16,
+                         N_LAYERS=1, SPIKE_CHANNELS=8), 22),
+    # warm-up then SLS: a resume must restore the loss's phase too
+    "mshnet": (dict(EPOCHS=4, SMOKE_BATCHES=6, BATCH_SIZE=4, WARM_EPOCHS=2), 24),
 }
 
 
