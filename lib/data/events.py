@@ -13,6 +13,7 @@ download check bypassed the way tonic's own tests do; real data never takes that
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
 from pathlib import Path
 from unittest import mock
@@ -20,7 +21,7 @@ from unittest import mock
 import numpy as np
 import tonic
 import torch
-from torch.utils.data import random_split
+from torch.utils.data import DataLoader, Dataset, Subset, random_split
 
 from lib.data import events_sample
 
@@ -114,13 +115,32 @@ def _require_aedat() -> None:
                                   "run `pip install aedat` and restart the kernel.") from exc
 
 
+def _recordings(folder: Path) -> int:
+    return sum(1 for p in folder.rglob("*") if p.suffix in (".bin", ".npy", ".aedat4"))
+
+
+def _found(name: str, root: Path) -> str:
+    """What DATA_DIR holds instead: this dataset, incomplete, or another dataset's folder.
+
+    (A failed download leaves this dataset's folder behind, empty.)"""
+    folder = root / TONIC_CLASSES[name].__name__
+    if folder.is_dir() and (n := _recordings(folder)):
+        return (f"; {folder.name}/ there holds only {n} recordings (an interrupted download or "
+                "copy: delete the folder to download again)")
+    for other, cls in TONIC_CLASSES.items():
+        if other != name and (root / cls.__name__).is_dir() and _recordings(root / cls.__name__):
+            return f"; it holds {cls.__name__}/ instead (set DATASET = {other!r} to train on that)"
+    return ""
+
+
 def _missing_message(name: str, root: Path, error: Exception) -> str:
     return (
         f"{name} is not in DATA_DIR {str(root)!r} (expected {root / TONIC_CLASSES[name].__name__}"
-        f"/ as tonic extracts it) and downloading it failed ({type(error).__name__}: "
-        f"{str(error)[:120]}). Fix: enable internet access, put the extracted dataset there, "
-        "point DATA_DIR at the folder that holds it, or set SAMPLE_DATA = True."
-    )
+        f"/ as tonic extracts it{_found(name, root)}) and downloading it failed "
+        f"({type(error).__name__}: {str(error)[:120]}). Fix: enable internet access, put the "
+        "extracted dataset there, point DATA_DIR at the folder that holds it, or set "
+        "SAMPLE_DATA = True."
+    ).replace("\n", " ")
 
 
 def load_events(name: str, root: Path, train: bool | None, transform=None, *,
@@ -197,6 +217,66 @@ def build_event_datasets(name: str, data_dir: Path, *, sample: bool = False,
             "denoise_us": denoise_us, "train_size": len(train), "test_size": len(test),
             "cache_dir": str(cache_dir)}
     return train, test, info
+
+
+def cache_file(cached: tonic.DiskCachedDataset, index: int) -> Path:
+    """Where tonic's DiskCachedDataset keeps recording `index` (one copy per sample)."""
+    return Path(cached.cache_path) / f"{index}_0.hdf5"
+
+
+class _Framer(Dataset):
+    """Item k frames recording `indices[k]` into its cache file via a temporary name."""
+
+    def __init__(self, cached: tonic.DiskCachedDataset, indices: list[int]):
+        self.cached, self.indices = cached, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k: int) -> int:
+        path = cache_file(self.cached, self.indices[k])
+        tmp = path.with_name(f".{path.name}.part")  # not a name tonic would ever read
+        data, target = self.cached.dataset[self.indices[k]]
+        tonic.cached_dataset.save_to_disk_cache(data, target, tmp, compress=self.cached.compress)
+        os.replace(tmp, path)
+        return 0
+
+
+def _disk_caches(datasets) -> list[tonic.DiskCachedDataset]:
+    """The distinct DiskCachedDatasets under `datasets` (CIFAR10-DVS splits share one)."""
+    found = {}
+    for ds in datasets:
+        while isinstance(ds, Subset):
+            ds = ds.dataset
+        found[id(ds)] = ds
+    return list(found.values())
+
+
+def warm_cache(*datasets, workers: int = 0, progress: bool = True) -> int:
+    """Frame every recording not yet in its disk cache; return how many were framed.
+
+    Run it in the notebook process before training: training processes then only read the
+    cache, so DDP/XLA ranks (which all evaluate the whole test set) never write the same HDF5
+    file at once, and a kill mid-write leaves a `.part` file, never a half cache entry.
+    """
+    from tqdm.auto import tqdm
+
+    framed = 0
+    for cached in _disk_caches(datasets):
+        missing = [i for i in range(len(cached)) if not cache_file(cached, i).exists()]
+        if not missing:
+            continue
+        # Its own generator: iterating must not draw from the global RNG (model init follows).
+        loader = DataLoader(_Framer(cached, missing), batch_size=None, num_workers=workers,
+                            generator=torch.Generator())
+        # One iterator, passed in: in a notebook tqdm.auto's wrapper calls iter() on what it is
+        # given and its __iter__ iterates again, which would start a second set of workers.
+        bar = tqdm(iter(loader), total=len(loader), unit="rec", disable=not progress,
+                   desc=f"framing {Path(cached.cache_path).name}", mininterval=1.0)
+        for _ in bar:
+            pass
+        framed += len(missing)
+    return framed
 
 
 def collate_fn(info: dict):

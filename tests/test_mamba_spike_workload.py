@@ -1,0 +1,202 @@
+"""The Mamba-Spike workload: parameters, batch sizes, task, cache warm-up, figures, tables."""
+
+import math
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+import tonic
+import torch
+
+from lib.config import ConfigError
+from lib.data import events, events_sample
+from lib.data.events import build_event_datasets, cache_file, warm_cache
+from lib.models.mamba_spike import MambaSpike, count_parameters
+from lib.workloads import mamba_spike as ms
+from lib.workloads.mamba_spike import MambaSpikeRunConfig, build_task
+
+GOOD = dict(PLATFORM="colab_t4", DEVICE="auto", DATA_DIR=None, OUT_DIR=None, SAMPLE_DATA=False,
+            SMOKE=False, BATCH_SIZE=None, SEED=1)
+
+
+def make(**changes) -> MambaSpikeRunConfig:
+    return MambaSpikeRunConfig.from_params({**GOOD, **changes})
+
+
+def test_defaults_are_the_official_recipe_and_framing():
+    cfg = make()
+    assert (cfg.epochs, cfg.lr, cfg.weight_decay, cfg.clip_grad) == (100, 1e-3, 1e-4, 1.0)
+    assert cfg.framing() == dict(n_time_bins=300, dt_us=None, fixed_t=None, downsample=1,
+                                 denoise_us=10_000)
+    assert make(DATASET="dvsgesture").framing()["n_time_bins"] == 500
+    assert make(DATASET="cifar10dvs").framing()["downsample"] == 2
+    dt = make(DT_US=1000, FIXED_T=300, DENOISE_US=0).framing()
+    assert (dt["n_time_bins"], dt["dt_us"], dt["fixed_t"], dt["denoise_us"]) == (
+        None, 1000, 300, None)
+
+
+@pytest.mark.parametrize("platform,sizes", [
+    ("colab_t4", (32, 16, 8)),  # the official 32 / 16 / 8
+    ("kaggle_p100", (32, 16, 8)),
+    ("colab_tpu", (64, 32, 16)),
+    ("local_mps", (16, 8, 4)),
+])
+def test_batch_sizes_scale_the_platform_value_by_the_official_ratio(platform, sizes):
+    got = tuple(make(PLATFORM=platform, DATASET=d).resolved_batch_size()
+                for d in ("nmnist", "dvsgesture", "cifar10dvs"))
+    assert got == sizes
+    assert make(PLATFORM=platform, DATASET="cifar10dvs", BATCH_SIZE=3).resolved_batch_size() == 3
+
+
+@pytest.mark.parametrize("changes,pattern", [
+    (dict(DATASET="mnist"),
+     r"unknown DATASET 'mnist'; expected one of \['cifar10dvs', 'dvsgesture', 'nmnist'\]"),
+    (dict(N_TIME_BINS=10, DT_US=1000),
+     r"N_TIME_BINS=10 and DT_US=1000 are both set; expected one framing: set DT_US = None"),
+    (dict(FIXED_T=8), r"FIXED_T=8 is set but DT_US is None.*Set FIXED_T = None, or set DT_US"),
+    (dict(N_TIME_BINS=0), r"N_TIME_BINS=0 must be a positive integer or None \(None: the "
+                          r"official 300\)"),
+    (dict(DT_US=-5), r"DT_US=-5 must be a positive integer or None"),
+    (dict(DOWNSAMPLE=0, DATASET="dvsgesture"), r"DOWNSAMPLE=0 .*None: 2 for this dataset"),
+    (dict(D_MODEL=0), r"D_MODEL=0 must be a positive integer or None \(None: the dataset's"),
+    (dict(DENOISE_US=-1), r"DENOISE_US=-1 must be >= 0"),
+    (dict(WEIGHT_DECAY=-1e-4), r"WEIGHT_DECAY=-0.0001 must be >= 0"),
+    (dict(CLIP_GRAD=0.0), r"CLIP_GRAD=0.0 must be > 0"),
+    (dict(N_TIME_BINS=8.5), r"N_TIME_BINS=8.5 has type float; expected int or None"),
+])
+def test_bad_parameters_get_one_clear_message(changes, pattern):
+    with pytest.raises(ConfigError, match=pattern) as err:
+        make(**changes)
+    assert "\n" not in str(err.value)
+
+
+def test_model_is_the_preset_at_the_frame_size_with_overrides():
+    assert make().model_config().input_hw == (34, 34)
+    model = MambaSpike(make().model_config())
+    assert abs(count_parameters(model) - 1.03e6) < 0.02e6  # the official N-MNIST size
+    big = make(DATASET="dvsgesture", DOWNSAMPLE=4).model_config()
+    assert (big.input_hw, big.d_model, big.n_layers, big.spike_channels) == ((32, 32), 256, 6, 128)
+    tiny = make(DATASET="cifar10dvs", D_MODEL=16, N_LAYERS=1, SPIKE_CHANNELS=8).model_config()
+    assert (tiny.input_hw, tiny.d_model, tiny.n_layers, tiny.spike_channels, tiny.n_classes) == (
+        (64, 64), 16, 1, 8, 10)
+
+
+def test_task_is_adamw_with_clipping_and_a_cosine_to_one_percent():
+    cfg = make(EPOCHS=4, D_MODEL=16, N_LAYERS=1, SPIKE_CHANNELS=8)
+    task, model_config = build_task(cfg, torch.device("cpu"))
+    assert isinstance(task.optimizer, torch.optim.AdamW) and task.clip_grad == 1.0
+    assert task.optimizer.param_groups[0]["weight_decay"] == 1e-4
+    assert model_config["d_model"] == 16 and model_config["input_hw"] == (34, 34)
+    lrs = []
+    for _ in range(4):
+        lrs.append(task.optimizer.param_groups[0]["lr"])
+        task.optimizer.step()
+        task.scheduler.step()
+    expected = [1e-5 + 0.99e-3 * (1 + math.cos(math.pi * e / 4)) / 2 for e in range(4)]
+    assert lrs == pytest.approx(expected)
+    assert task.optimizer.param_groups[0]["lr"] == pytest.approx(1e-5)
+    assert task.monitor == "test_accuracy"
+
+
+def _sample(tmp_path, **framing):
+    return build_event_datasets("nmnist", tmp_path, sample=True, n_time_bins=6, **framing)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_warm_cache_frames_each_recording_once_even_under_a_notebooks_tqdm(
+        tmp_path, monkeypatch, workers):
+    """tqdm.auto in a notebook iterates what it is given twice; loader workers must still
+    never frame (and write) the same recording twice, which h5py's file lock turns into a
+    crash when it happens at once."""
+    import tqdm.asyncio
+    import tqdm.auto
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", tqdm.asyncio.tqdm)
+    train, test, _ = _sample(tmp_path)
+    log = tmp_path / "framed.log"  # appended to by the worker processes too
+    real = tonic.cached_dataset.save_to_disk_cache
+
+    def logged(data, target, path, **kw):
+        with open(log, "a") as f:
+            f.write(f"{path}\n")
+        return real(data, target, path, **kw)
+
+    monkeypatch.setattr(tonic.cached_dataset, "save_to_disk_cache", logged)
+    rng = torch.get_rng_state()
+    assert warm_cache(train, test, workers=workers, progress=False) == 60
+    assert torch.equal(torch.get_rng_state(), rng)  # model initialisation follows
+    calls = log.read_text().split()
+    assert len(calls) == len(set(calls)) == 60 and all(c.endswith(".hdf5.part") for c in calls)
+    assert all(cache_file(train, i).exists() for i in range(40))
+    assert not list(tmp_path.rglob("*.part"))
+    assert warm_cache(train, test, progress=False) == 0
+    (tmp_path / "sample").rename(tmp_path / "moved")  # every read must now hit the cache
+    first, label = train[0]
+    assert first.shape == (6, 2, 34, 34) and first.sum() > 0 and label == 0
+    assert [test[i][1] for i in range(0, 20, 2)] == list(range(10))
+
+
+def test_warm_cache_covers_a_shared_cifar_style_split_once(tmp_path):
+    train, test, _ = _sample(tmp_path)
+    split = torch.utils.data.random_split(train, [30, 10], torch.Generator().manual_seed(0))
+    assert warm_cache(*split, progress=False) == 40
+
+
+def test_an_xla_session_needs_a_fixed_t(tmp_path):
+    cfg = make(SAMPLE_DATA=True, DT_US=50_000, N_TIME_BINS=None, DATA_DIR=str(tmp_path))
+    s = SimpleNamespace(cfg=cfg, data_dir=tmp_path, out_dir=tmp_path / "run",
+                        choice=SimpleNamespace(type="xla", num_workers=0))
+    with pytest.raises(ValueError, match="recompiles on XLA; set FIXED_T"):
+        ms.datasets(s)
+    s.cfg = make(SAMPLE_DATA=True, DT_US=50_000, FIXED_T=7, DATA_DIR=str(tmp_path))
+    _, test, info = ms.datasets(s, warm=True)
+    assert info["T"] == 7 and test[0][0].shape[0] == 7 and info["framed_now"] == 60
+
+
+def test_a_read_only_data_dir_caches_frames_in_the_run_folder(tmp_path, monkeypatch):
+    s = SimpleNamespace(data_dir=tmp_path / "data", out_dir=tmp_path / "run")
+    assert ms.cache_dir(s) == tmp_path / "data" / "cache"
+    (tmp_path / "data").mkdir()
+    monkeypatch.setattr(ms.os, "access", lambda path, mode: False)
+    assert ms.cache_dir(s) == tmp_path / "run" / "frame_cache"
+
+
+@pytest.mark.parametrize("setup,parts", [
+    (lambda d: events_sample.write_dvsgesture_sample(d, n_train_users=1, n_test_users=1),
+     ["it holds DVSGesture/ instead", "DATASET = 'dvsgesture'", "SAMPLE_DATA = True"]),
+    (lambda d: (d / "NMNIST" / "Train" / "3").mkdir(parents=True)
+     or (d / "NMNIST" / "Train" / "3" / "0.bin").write_bytes(b"\0" * 5),
+     ["NMNIST/ there holds only 1 recordings", "delete the folder"]),
+])
+def test_missing_data_says_what_the_folder_holds(tmp_path, setup, parts):
+    setup(tmp_path)
+    offline = mock.patch.object(tonic.datasets.NMNIST, "download",
+                                side_effect=OSError("no network"))
+    with offline, pytest.raises(FileNotFoundError) as err:
+        events.load_events("nmnist", tmp_path, True)
+    for part in parts:
+        assert part in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_figures_and_results_table(tmp_path):
+    train, test, info = _sample(tmp_path)
+    warm_cache(train, test, progress=False)
+    fig, frames = ms.example_frames(train, info["classes"], path=tmp_path / "f" / "ex.png")
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == info["classes"][:8] and frames.shape == (6, 2, 34, 34)
+    strip = ms.time_strip(frames, n=4, path=tmp_path / "strip.png")
+    assert [ax.get_title() for ax in strip.axes] == ["frames 0-1", "frame 2", "frame 3",
+                                                     "frames 4-5"]
+    cfg = make(SAMPLE_DATA=True, N_TIME_BINS=6, D_MODEL=16, N_LAYERS=1, SPIKE_CHANNELS=8)
+    task, _ = build_task(cfg, torch.device("cpu"))
+    stats = ms.spike_statistics(task.model, test, torch.device("cpu"), n=4)
+    assert set(stats) == {f"layer{i}_{k}" for i in (1, 2, 3) for k in ("rate", "silent")}
+    assert all(0 <= v <= 1 for v in stats.values())
+    ms.firing_rate_figure(stats, tmp_path / "rates.png")
+    assert (tmp_path / "rates.png").stat().st_size > 5_000
+    scores = {"test_accuracy": 0.5, "test_balanced_accuracy": 0.25}
+    table = ms.results_table(scores, stats, info, task, sample=True)
+    assert "| test accuracy (%) | 50.00 | 99.5 |" in table
+    assert "| frames T x 2 x H x W | 6 x 2 x 34 x 34 | 300 x 2 x sensor |" in table
+    assert f"| layer2 firing rate / silent | {stats['layer2_rate']:.4f} /" in table
