@@ -84,9 +84,14 @@ def time_notebooks(folder: Path | None = None, which: list[tuple[str, str]] | No
     return rows
 
 
-def run(repeats: int = 3, with_notebooks: bool = False) -> dict:
+def run(repeats: int = 3, with_notebooks: bool = False, workloads: list[str] | None = None,
+        ) -> dict:
+    """Render timings; with `with_notebooks`, executions of every notebook (or `workloads`')."""
     res = time_render(repeats)
-    res["executions"] = time_notebooks() if with_notebooks else None
+    every = notebooks()
+    which = [(p, w) for p, w in every if not workloads or w in workloads]
+    res["executions"] = time_notebooks(which=which) if with_notebooks else None
+    res["not_executed"] = sorted({w for _, w in every} - {w for _, w in which})
     return res
 
 
@@ -99,19 +104,25 @@ def report(res: dict) -> str:
                  "--notebooks` executes every notebook in smoke mode; it takes minutes)."]
     else:
         total = sum(r["seconds"] for r in runs)
-        text += ["", f"Every notebook in smoke mode (SMOKE, SAMPLE_DATA, EPOCHS=2) through "
+        skipped = res.get("not_executed") or []
+        ran = ", ".join(sorted({r["workload"] for r in runs}))
+        scope = f"The {ran} notebooks" if skipped else "Every notebook"
+        text += ["", f"{scope} in smoke mode (SMOKE, SAMPLE_DATA, EPOCHS=2) through "
                  f"papermill: {total:.0f} s in all.", "",
                  markdown_table(runs, [("platform", "platform"), ("workload", "workload"),
                                        ("seconds", "seconds"), ("status", "status")])]
+        if skipped:
+            text += ["", f"Not executed in this run: the {', '.join(skipped)} notebooks."]
     return "\n".join(text)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="time rendering, --check and notebook runs")
-    parser.add_argument("--notebooks", action="store_true", help="also execute every notebook")
+    parser.add_argument("--notebooks", nargs="*", default=None, metavar="WORKLOAD",
+                        help="also execute every notebook (or only these workloads')")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    print(report(run(args.repeats, args.notebooks)))
+    print(report(run(args.repeats, args.notebooks is not None, args.notebooks)))
 
 
 if __name__ == "__main__":

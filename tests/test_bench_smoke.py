@@ -191,3 +191,12 @@ def test_main_writes_the_report_with_machine_summary_and_linked_figures(tmp_path
     assert (tmp_path / "figs" / "loop.png").stat().st_size > 0
     if not torch.cuda.is_available():
         assert "- GPU: unmeasured: no GPU" in text
+
+
+def test_suite_report_names_the_notebooks_it_did_not_execute():
+    res = {"repeats": 1, "rows": [{"task": "render", "seconds": 1.0}],
+           "executions": [{"platform": "colab_t4", "workload": "fashion_mnist", "seconds": 30.0,
+                           "status": "ok"}], "not_executed": ["mshnet"]}
+    text = bench_suite.report(res)
+    assert "The fashion_mnist notebooks in smoke mode" in text and "30 s in all" in text
+    assert "Not executed in this run: the mshnet notebooks." in text
