@@ -186,6 +186,8 @@ def _rng_state() -> dict:
     state = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.backends.mps.is_available():  # dropout on MPS draws from its own generator
+        state["mps"] = torch.mps.get_rng_state()
     return state
 
 
@@ -194,6 +196,8 @@ def _set_rng_state(state: dict) -> None:
     random.setstate((3, tuple(state["python"]), None))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+    if "mps" in state and torch.backends.mps.is_available():
+        torch.mps.set_rng_state(state["mps"])
 
 
 def _state(task: Task, backend: Backend, history: list, best: float | None, partial=None) -> dict:

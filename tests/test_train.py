@@ -140,3 +140,11 @@ def test_each_epoch_shuffles_differently_but_reproducibly():
 def test_a_training_set_smaller_than_a_batch_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="fewer than one batch of 128.*BATCH_SIZE to at most 96"):
         make_loader(Noisy(), 128, CPU, train=True, seed=0)
+
+
+def test_the_epoch_after_a_mid_epoch_resume_is_whole():
+    """Regression: a resume offset must not shorten the following epochs."""
+    a, _ = loaders()
+    a.sampler.set_epoch(1, start=32)
+    assert len(list(a)) == 4  # 96 - 32 samples, 16 a batch
+    assert len(a) == 6  # the epoch's length, which the loop counts batches against
