@@ -4,7 +4,7 @@
     python -m bench --notebooks   # also execute every notebook in smoke mode (minutes more)
     python -m bench --notebooks fashion_mnist   # ... only that workload's notebooks
     python -m bench --quick       # tiny sizes: proves the suite runs; the numbers mean little
-    python -m bench --only loop pipeline --out /tmp/B.md
+    python -m bench --only loop pipeline --out B.md
 
 Each section is a module of this package returning rows of numbers (medians of repeated
 runs, ratios against a baseline measured in the same process). Modules written by others
