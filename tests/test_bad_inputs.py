@@ -62,6 +62,15 @@ def _small_mask(root: Path) -> None:
     Image.new("L", (32, 64)).save(root / "masks" / "sample0001.png")
 
 
+def _nmnist_recordings(data: Path, n: int = 1) -> None:
+    """DATA_DIR/NMNIST/ with `n` recordings and a cut train.zip: a download that stopped."""
+    folder = data / "NMNIST" / "Train" / "0"
+    folder.mkdir(parents=True)
+    for i in range(n):
+        (folder / f"{i:05d}.bin").write_bytes(bytes(5))
+    (data / "NMNIST" / "train.zip").write_bytes(b"PK\x03\x04")
+
+
 # (id, workload, parameter overrides, setup(data_dir), message parts that must all appear)
 CASES = [
     ("platform", "fashion_mnist", dict(PLATFORM="colab_v100"), None,
@@ -114,6 +123,21 @@ CASES = [
      ["unknown DATASET 'SIRST'", "['IRSTD-1k', 'NUDT-SIRST']"]),
     ("mshnet-base-size", "mshnet", dict(BASE_SIZE=100), None,
      ["BASE_SIZE=100", "multiple of 16", "BASE_SIZE = 256"]),
+    ("mamba-dataset", "mamba_spike", dict(DATASET="n-mnist"), None,
+     ["unknown DATASET 'n-mnist'", "['cifar10dvs', 'dvsgesture', 'nmnist']"]),
+    ("mamba-bins-and-dt", "mamba_spike", dict(N_TIME_BINS=300, DT_US=1000), None,
+     ["N_TIME_BINS=300 and DT_US=1000 are both set", "set DT_US = None", "N_TIME_BINS = None"]),
+    ("mamba-fixed-t-without-dt", "mamba_spike", dict(FIXED_T=100), None,
+     ["FIXED_T=100 is set but DT_US is None", "Set FIXED_T = None, or set DT_US"]),
+    ("mamba-bins-zero", "mamba_spike", dict(N_TIME_BINS=0), None,
+     ["N_TIME_BINS=0", "positive integer or None", "official 300"]),
+    ("mamba-other-dataset", "mamba_spike", dict(SAMPLE_DATA=False, DATASET="dvsgesture"),
+     lambda d: _nmnist_recordings(d, 3),
+     ["dvsgesture is not in DATA_DIR", "DVSGesture/", "holds NMNIST/ instead",
+      "set DATASET = 'nmnist'", "downloading it failed", "SAMPLE_DATA = True"]),
+    ("mamba-half-downloaded", "mamba_spike", dict(SAMPLE_DATA=False), _nmnist_recordings,
+     ["nmnist is not in DATA_DIR", "NMNIST/ there holds only 1 recordings",
+      "delete the folder to download again", "point DATA_DIR"]),
 ]
 
 
@@ -128,6 +152,13 @@ def _offline_downloads(monkeypatch):
     from torchvision import datasets
 
     monkeypatch.setattr(datasets.FashionMNIST, "mirrors", ["http://127.0.0.1:9/"])
+    import tonic
+
+    for cls, attrs in ((tonic.datasets.NMNIST, ("train_url", "test_url")),
+                       (tonic.datasets.DVSGesture, ("train_url", "test_url")),
+                       (tonic.datasets.CIFAR10DVS, ("url",))):
+        for attr in attrs:
+            monkeypatch.setattr(cls, attr, "http://127.0.0.1:9/")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
