@@ -13,6 +13,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from lib.optim import OPTIMIZERS
 from lib.study import (
@@ -75,13 +76,14 @@ def plot_curves(out_dir: Path, rows: Sequence[dict],
             epochs, mean, std = curve_stats(histories, key)
             scale = 100.0 if key.endswith("accuracy") else 1.0
             color = _color(optimizer)
-            ax.plot(epochs, mean * scale, color=color,
+            ax.plot(epochs, mean * scale, color=color, marker="o" if len(epochs) <= 20 else None,
                     label=f"{_label(rs[0], settings)} ({len(histories)} seeds)")
             if len(histories) > 1:
                 ax.fill_between(epochs, (mean - std) * scale, (mean + std) * scale,
                                 color=color, alpha=0.2, linewidth=0)
     for ax, key in zip(axes[0], keys, strict=True):
         ax.set(xlabel="epoch", title=_TITLES.get(key, key))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=8)
