@@ -9,12 +9,12 @@ from torch import nn
 
 from lib.config import RunConfig
 from lib.data import fashion
-from lib.data.common import make_loader
 from lib.distributed import Dist
 from lib.metrics import Accuracy
 from lib.models.cnn import CNN, CNNConfig
 from lib.session import Session
-from lib.train import Task, fit
+from lib.train import Task
+from lib.workloads.common import load_best_into, split_loaders, train_task
 
 
 @dataclass
@@ -46,29 +46,16 @@ def build_task(cfg: FashionConfig, device: torch.device) -> tuple[Task, dict]:
 def loaders(s: Session, dist: Dist = Dist()):
     """(train, test) loaders; the training set is sharded across processes."""
     train_set, test_set, _ = fashion.build_datasets(s.data_dir, s.cfg.sample_data)
-    seed = s.cfg.seed
-    return (make_loader(train_set, s.batch_size, s.choice, train=True, seed=seed,
-                        rank=dist.rank, world_size=dist.world_size),
-            make_loader(test_set, s.batch_size, s.choice, train=False, seed=seed))
+    return split_loaders(s, dist, train_set, test_set)
 
 
 def train(s: Session, dist: Dist = Dist()) -> list[dict]:
     """Train (resuming if a checkpoint exists) on this process's device; return the history."""
-    train_loader, test_loader = loaders(s, dist)
-    task, model_config = build_task(s.cfg, s.device)
-    run = s.open_run(model_config)
-    try:
-        return fit(task, train_loader, test_loader, s.choice, run, s.cfg.epochs,
-                   max_batches=s.max_batches, checkpoint_minutes=s.cfg.checkpoint_minutes,
-                   dist=dist, device=s.device)
-    finally:
-        run.close()
+    return train_task(s, dist, loaders(s, dist), *build_task(s.cfg, s.device))
 
 
 def load_best(s: Session) -> tuple[Task, dict]:
     """The task with the best checkpoint's weights, on this session's device."""
     task, model_config = build_task(s.cfg, s.device)
-    run = s.open_run(model_config)
-    state = run.checkpoints.load(run.checkpoints.dir / "best.pt")
-    task.model.load_state_dict(state["model"])
+    state = load_best_into(s, task, model_config)
     return task, state

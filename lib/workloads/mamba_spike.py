@@ -18,7 +18,6 @@ from torch import nn
 from torch.utils.data import Subset
 
 from lib.config import ConfigError, RunConfig
-from lib.data.common import make_loader
 from lib.data.events import (
     NAMES,
     OFFICIAL_TIME_BINS,
@@ -34,7 +33,8 @@ from lib.metrics import Accuracy, ConfusionMatrix
 from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig, count_parameters, firing_rates
 from lib.plots import image_grid
 from lib.session import Session
-from lib.train import Task, evaluate_on, fit
+from lib.train import Task, evaluate_on
+from lib.workloads.common import load_best_into, split_loaders, train_task
 
 BATCH_SCALE = {"nmnist": 2.0, "dvsgesture": 1.0, "cifar10dvs": 0.5}  # official 32 / 16 / 8
 # The 128x128 sensors at the official full size and T = 500 need far more than the 16 GB of a
@@ -162,32 +162,18 @@ def build_task(cfg: MambaSpikeRunConfig, device: torch.device) -> tuple[Task, di
 def loaders(s: Session, dist: Dist = Dist()):
     """(train, test) loaders; the training set is sharded across processes."""
     train_set, test_set, info = datasets(s)
-    seed, collate = s.cfg.seed, collate_fn(info)
-    return (make_loader(train_set, s.batch_size, s.choice, train=True, seed=seed,
-                        rank=dist.rank, world_size=dist.world_size, collate_fn=collate),
-            make_loader(test_set, s.batch_size, s.choice, train=False, seed=seed,
-                        collate_fn=collate))
+    return split_loaders(s, dist, train_set, test_set, collate_fn(info))
 
 
 def train(s: Session, dist: Dist = Dist()) -> list[dict]:
     """Train (resuming if a checkpoint exists) on this process's device; return the history."""
-    train_loader, test_loader = loaders(s, dist)
-    task, model_config = build_task(s.cfg, s.device)
-    run = s.open_run(model_config)
-    try:
-        return fit(task, train_loader, test_loader, s.choice, run, s.cfg.epochs,
-                   max_batches=s.max_batches, checkpoint_minutes=s.cfg.checkpoint_minutes,
-                   dist=dist, device=s.device)
-    finally:
-        run.close()
+    return train_task(s, dist, loaders(s, dist), *build_task(s.cfg, s.device))
 
 
 def load_best(s: Session) -> tuple[Task, dict]:
     """The task with the best checkpoint's weights, on this session's device."""
     task, model_config = build_task(s.cfg, s.device)
-    run = s.open_run(model_config)
-    state = run.checkpoints.load(run.checkpoints.dir / "best.pt")
-    task.model.load_state_dict(state["model"])
+    state = load_best_into(s, task, model_config)
     return task, state
 
 

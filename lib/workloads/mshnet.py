@@ -13,7 +13,6 @@ from pathlib import Path
 import torch
 
 from lib.config import ConfigError, RunConfig
-from lib.data.common import make_loader
 from lib.data.irstd import PAPER_RESULTS, build_irstd_datasets, overlay
 from lib.distributed import Dist
 from lib.losses.sls import SLSLoss
@@ -21,7 +20,8 @@ from lib.metrics_seg import SegMetrics, select_prediction
 from lib.models.mshnet import MSHNet, MSHNetConfig
 from lib.plots import image_grid
 from lib.session import Session
-from lib.train import Task, evaluate_on, fit
+from lib.train import Task, evaluate_on
+from lib.workloads.common import load_best_into, split_loaders, train_task
 
 KAGGLE_INPUT = Path("/kaggle/input")  # where Kaggle mounts attached datasets (read-only)
 PAPER_SIZE = 256  # base and crop size of the paper
@@ -110,31 +110,18 @@ def build_task(cfg: MSHNetRunConfig, device: torch.device) -> tuple[Task, dict]:
 def loaders(s: Session, dist: Dist = Dist()):
     """(train, test) loaders; the training set is sharded across processes."""
     train_set, test_set, _ = datasets(s)
-    seed = s.cfg.seed
-    return (make_loader(train_set, s.batch_size, s.choice, train=True, seed=seed,
-                        rank=dist.rank, world_size=dist.world_size),
-            make_loader(test_set, s.batch_size, s.choice, train=False, seed=seed))
+    return split_loaders(s, dist, train_set, test_set)
 
 
 def train(s: Session, dist: Dist = Dist()) -> list[dict]:
     """Train (resuming if a checkpoint exists) on this process's device; return the history."""
-    train_loader, test_loader = loaders(s, dist)
-    task, model_config = build_task(s.cfg, s.device)
-    run = s.open_run(model_config)
-    try:
-        return fit(task, train_loader, test_loader, s.choice, run, s.cfg.epochs,
-                   max_batches=s.max_batches, checkpoint_minutes=s.cfg.checkpoint_minutes,
-                   dist=dist, device=s.device)
-    finally:
-        run.close()
+    return train_task(s, dist, loaders(s, dist), *build_task(s.cfg, s.device))
 
 
 def load_best(s: Session) -> tuple[Task, dict]:
     """The task with the best checkpoint's weights, its loss in that epoch's phase."""
     task, model_config = build_task(s.cfg, s.device)
-    run = s.open_run(model_config)
-    state = run.checkpoints.load(run.checkpoints.dir / "best.pt")
-    task.model.load_state_dict(state["model"])
+    state = load_best_into(s, task, model_config)
     task.loss_fn.set_epoch(state["position"][0] - 1)  # position = epochs done
     return task, state
 
