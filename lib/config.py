@@ -91,12 +91,13 @@ class RunConfig:
     def __post_init__(self) -> None:
         get_platform(self.platform)  # raises the clear "unknown PLATFORM" message
         self._positive("epochs", self.epochs)
-        self._positive("lr", self.lr)
+        if self.lr is not None:  # a workload may let None mean "the method's default"
+            self._positive("lr", self.lr)
         self._positive("checkpoint_minutes", self.checkpoint_minutes)
         self._positive("smoke_batches", self.smoke_batches)
         if self.batch_size is not None:
             self._positive("batch_size", self.batch_size)
-        if self.seed < 0:
+        if self.seed is not None and self.seed < 0:
             raise ConfigError(f"SEED={self.seed} is negative; expected an integer >= 0.")
         self.validate()
 

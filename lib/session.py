@@ -62,19 +62,22 @@ def _device_count(choice: DeviceChoice, platform: Platform) -> int:
     return 1
 
 
-def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None) -> Session:
-    """Choose the device and resolve the run's settings; the main process says what it chose."""
+def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
+          announce: bool = True) -> Session:
+    """Choose the device and resolve the run's settings; the main process says what it chose
+    (unless `announce` is False: a grid of runs says it once)."""
     dist = dist or Dist()
     platform = get_platform(cfg.platform)
     choice = choose_device(cfg.device, platform)
     runtime = runtime or cfg.runtime
     devices = _device_count(choice, platform)
-    torch.manual_seed(cfg.seed)
+    if cfg.seed is not None:  # None: a grid whose runs each bring their own seed
+        torch.manual_seed(cfg.seed)
     data_dir, out_dir = cfg.paths()
     batch = cfg.resolved_batch_size()
     if cfg.smoke:
         batch = min(batch, SMOKE_MAX_BATCH)
-    if dist.main:
+    if dist.main and announce:
         many = f" x {devices} devices" if devices > 1 else ""
         print(f"{platform.title} notebook on the {runtime} runtime -> {choice.describe()}{many}")
         if devices < platform.devices and choice.type == platform.accelerator:

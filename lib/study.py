@@ -163,6 +163,7 @@ def run_result(spec: RunSpec, history: list[dict], *, realised_noise: float, lr:
 def _atomic_write(path: Path, text: str) -> None:
     """Write via a unique temp file + rename: readers never see half a file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; results are for everyone who shares OUT_DIR
     with os.fdopen(fd, "w", newline="") as f:
         f.write(text)
         f.flush()

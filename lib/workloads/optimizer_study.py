@@ -1,0 +1,186 @@
+"""Optimizer study: ResNet-18 on CIFAR-10/100 under label noise, OPTIMIZERS x SEEDS runs.
+
+Every run of the grid is an ordinary training run (`lib.train.fit`: resume, checkpoints,
+metrics.jsonl, TensorBoard) in its own folder `OUT_DIR/<dataset>-<optimizer>-seed<s>-<noise>/`
+(`lib.study`). A finished run leaves `DONE.json` and is skipped when the notebook runs again;
+an interrupted one resumes from its newest checkpoint. For one seed, every optimizer trains
+on the same noisy labels, the same initial weights and the same batch order: only the update
+rule differs. Per-optimizer learning rates and weight decays are in `lib.optim.OPTIMIZERS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lib import session
+from lib.config import ConfigError, RunConfig
+from lib.data.cifar import build_cifar_datasets, check_name, example_grid
+from lib.data.label_noise import NOISE_MODES
+from lib.distributed import Dist
+from lib.launch import launch
+from lib.metrics import Accuracy
+from lib.models.resnet import CifarResNet18, ResNetConfig
+from lib.optim import (
+    OPTIMIZERS,
+    check_optimizer_name,
+    make_optimizer,
+    resolved_hparams,
+    warmup_cosine,
+)
+from lib.plots import image_grid
+from lib.session import Session
+from lib.study import RunSpec, finish_run, plan_runs, read_marker, run_status
+from lib.train import Task
+from lib.workloads.common import split_loaders, train_task
+
+
+@dataclass
+class OptimizerStudyConfig(RunConfig):
+    """The study's parameters: the grid, the data and its label noise, the schedule."""
+
+    WORKLOAD = "optimizer_study"
+
+    epochs: int = 200  # the study design: 200 epochs per run
+    lr: float | None = None  # None: each optimizer's literature default
+    seed: int | None = None  # one seed instead of `seeds` (papermill fan-out)
+    dataset: str = "cifar10"
+    optimizers: list[str] = field(default_factory=lambda: list(OPTIMIZERS))
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    optimizer: str | None = None  # one optimizer instead of `optimizers` (fan-out)
+    label_noise: float = 0.2  # share of training labels replaced, in [0, 1]
+    noise_mode: str = "symmetric"  # or "asymmetric" (class pairs)
+    weight_decay: float | None = None  # None: each optimizer's literature default
+    warmup_epochs: int = 5  # linear warm-up, then cosine to zero, stepped every batch
+
+    def validate(self) -> None:
+        self.dataset = self._named("dataset", self.dataset, check_name)
+        self._choice("noise_mode", self.noise_mode, NOISE_MODES)
+        if not 0.0 <= self.label_noise <= 1.0:
+            raise ConfigError(f"LABEL_NOISE={self.label_noise!r} is outside [0, 1]; it is the "
+                              "share of training labels replaced, e.g. LABEL_NOISE = 0.2.")
+        if self.weight_decay is not None and self.weight_decay < 0:
+            raise ConfigError(f"WEIGHT_DECAY={self.weight_decay!r} must be >= 0, or None for "
+                              "each optimizer's default.")
+        if self.warmup_epochs < 0:
+            raise ConfigError(f"WARMUP_EPOCHS={self.warmup_epochs!r} must be >= 0; e.g. "
+                              "WARMUP_EPOCHS = 5.")
+        self.optimizers = [self._named("optimizers", o, check_optimizer_name)
+                           for o in self.optimizers]
+        if self.optimizer is not None:
+            self.optimizer = self._named("optimizer", self.optimizer, check_optimizer_name)
+        if not self.grid_optimizers() or not self.grid_seeds():
+            raise ConfigError(f"OPTIMIZERS={self.optimizers} and SEEDS={self.seeds} must not be "
+                              "empty; e.g. OPTIMIZERS = ['sgd', 'adamw'] and SEEDS = [0].")
+        bad = [s for s in self.grid_seeds() if s < 0]
+        if bad:
+            raise ConfigError(f"SEEDS={self.seeds} has negative seeds {bad}; expected "
+                              "integers >= 0.")
+
+    @staticmethod
+    def _named(name: str, value: str, check) -> str:
+        """`check(value)` (the canonical name), its ValueError as a ConfigError on NAME."""
+        try:
+            return check(value)
+        except ValueError as exc:
+            raise ConfigError(f"{name.upper()}: {exc}") from None
+
+    def grid_optimizers(self) -> list[str]:
+        return [self.optimizer] if self.optimizer is not None else list(self.optimizers)
+
+    def grid_seeds(self) -> list[int]:
+        return [self.seed] if self.seed is not None else list(self.seeds)
+
+    def hparams(self, optimizer: str) -> tuple[float, float]:
+        """(lr, weight decay) of `optimizer`: LR / WEIGHT_DECAY, else its defaults."""
+        return resolved_hparams(optimizer, self.lr, self.weight_decay)
+
+
+def plan(cfg: OptimizerStudyConfig) -> list[RunSpec]:
+    """The grid OPTIMIZERS x SEEDS at this LABEL_NOISE, one run folder each."""
+    return plan_runs(cfg.dataset, cfg.grid_optimizers(), cfg.grid_seeds(), cfg.label_noise,
+                     cfg.noise_mode)
+
+
+def run_session(s: Session, spec: RunSpec) -> Session:
+    """The session of one run: its optimizer and seed, OUT_DIR its own folder."""
+    cfg = dataclasses.replace(s.cfg, optimizer=spec.optimizer, seed=spec.seed,
+                              optimizers=[spec.optimizer], seeds=[spec.seed],
+                              out_dir=str(spec.dir(s.out_dir)))
+    return session.start(cfg, runtime=s.runtime, dist=s.dist, announce=False)
+
+
+def datasets(s: Session, seed: int | None = None):
+    """(train, test, info) with the training labels noised for `seed` (default: the run's)."""
+    cfg = s.cfg
+    seed = cfg.grid_seeds()[0] if seed is None else seed
+    return build_cifar_datasets(cfg.dataset, s.data_dir, cfg.sample_data, cfg.label_noise,
+                                cfg.noise_mode, seed)
+
+
+def build_task(cfg: OptimizerStudyConfig, device: torch.device, num_classes: int,
+               steps_per_epoch: int) -> tuple[Task, dict]:
+    """ResNet-18, the run's optimizer and its warm-up + cosine schedule (per step)."""
+    model_cfg = ResNetConfig(num_classes=num_classes)
+    model = CifarResNet18(model_cfg).to(device)
+    lr, weight_decay = cfg.hparams(cfg.optimizer)
+    optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr, weight_decay)
+    total = cfg.epochs * steps_per_epoch
+    scheduler = warmup_cosine(optimizer, total, min(cfg.warmup_epochs * steps_per_epoch, total))
+    task = Task(model, nn.functional.cross_entropy, optimizer, metrics=lambda: [Accuracy()],
+                scheduler=scheduler, scheduler_interval="step", monitor="test_accuracy")
+    return task, asdict(model_cfg)
+
+
+def train(s: Session, dist: Dist = Dist()) -> list[dict]:
+    """Train one run of the grid (`run_session`), resuming if it has a checkpoint."""
+    train_set, test_set, info = datasets(s)
+    loaders = split_loaders(s, dist, train_set, test_set)
+    steps = len(loaders[0]) if s.max_batches is None else min(len(loaders[0]), s.max_batches)
+    task, model_config = build_task(s.cfg, s.device, info["num_classes"], steps)
+    return train_task(s, dist, loaders, task, model_config)
+
+
+def run_grid(s: Session) -> list[dict]:
+    """Train every unfinished run of the grid, one after the other; their result rows.
+
+    Each run trains through `launch` (all devices of the platform), then writes DONE.json
+    and merges its row into OUT_DIR/results.csv; a finished run is only reported.
+    """
+    rows = []
+    specs = plan(s.cfg)
+    for i, spec in enumerate(specs, 1):
+        rs = run_session(s, spec)
+        status = run_status(rs.out_dir, s.cfg.epochs)
+        head = f"[{i}/{len(specs)}] {spec.name}"
+        if status == "finished":
+            row = read_marker(rs.out_dir)
+            print(f"{head}: finished earlier, skipped (best test accuracy "
+                  f"{100 * row['best_test_accuracy']:.2f}%)")
+            rows.append(row)
+            continue
+        lr, weight_decay = s.cfg.hparams(spec.optimizer)
+        print(f"{head}: {'resuming' if status == 'partial' else 'training'} "
+              f"(lr {lr:g}, weight decay {weight_decay:g})")
+        realised = datasets(rs)[2]["realised_noise"]
+        history = launch(train, rs)
+        if s.dist.main:
+            rows.append(finish_run(s.out_dir, spec, history, realised_noise=realised, lr=lr,
+                                   weight_decay=weight_decay))
+    return rows
+
+
+def noisy_examples(dataset, name: str, n: int = 16, path: Path | None = None):
+    """The first `n` training images titled by their (noisy) label; a flipped one also
+    names its true class."""
+    images, labels = example_grid(dataset, name, n)
+    titles = []
+    for i, label in enumerate(labels):
+        clean = dataset.classes[dataset.clean_targets[i]]
+        titles.append(label[:12] if dataset.targets[i] == dataset.clean_targets[i]
+                      else f"{label[:12]} (is {clean[:10]})")
+    return image_grid(images, titles, path)

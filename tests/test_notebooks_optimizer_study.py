@@ -1,0 +1,110 @@
+"""papermill runs the optimizer-study notebook of every platform on the CPU: a 2 x 2 grid,
+results.csv, summary and figures; a rerun retrains nothing; fan-out invocations merge."""
+
+import math
+
+import pytest
+import torch
+
+from lib.metrics import read_jsonl
+from lib.models.resnet import CifarResNet18, ResNetConfig
+from lib.platforms import PLATFORMS
+from lib.study import read_results
+from tests.notebook_run import execute, stream_text
+
+pytestmark = pytest.mark.notebook
+GRID = dict(OPTIMIZERS=["sgd", "lion"], SEEDS=[0, 1])
+SMOKE = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=2, SMOKE_BATCHES=2, LABEL_NOISE=0.2)
+RUNS = {f"cifar10-{o}-seed{s}-sym0.2" for o in GRID["OPTIMIZERS"] for s in GRID["SEEDS"]}
+
+
+def run(platform, tmp_path, out="study", **params):
+    return execute("optimizer_study", platform, tmp_path / f"nb-{out}",
+                   DATA_DIR=str(tmp_path / "data"), OUT_DIR=str(tmp_path / out),
+                   **{**SMOKE, **params})
+
+
+def check_study(out_dir, runs=RUNS, epochs=2) -> list[dict]:
+    rows = read_results(out_dir / "results.csv")
+    assert {r["run"] for r in rows} == runs
+    for r in rows:
+        assert r["epochs"] == epochs and 0 <= r["best_test_accuracy"] <= 1, r
+        assert r["final_test_accuracy"] <= r["best_test_accuracy"], r
+        # the sample has 1000 training labels: 0.2 +- 0.03 at any seed, identical per seed
+        assert abs(r["realised_noise"] - 0.2) < 0.03, r
+        assert r["wall_time_s"] > 0 and r["lr"] > 0, r
+        history = read_jsonl(out_dir / r["run"] / "metrics.jsonl")
+        assert [h["epoch"] for h in history] == list(range(1, epochs + 1))
+        assert all(math.isfinite(h["train_loss"]) for h in history), history
+        assert max(h["test_accuracy"] for h in history) == r["best_test_accuracy"]
+        state = torch.load(out_dir / r["run"] / "checkpoints" / "best.pt", map_location="cpu",
+                           weights_only=True)
+        CifarResNet18(ResNetConfig(**state["model_config"])).load_state_dict(state["model"])
+        assert list((out_dir / r["run"] / "tb").glob("events.out.tfevents.*"))
+    by_seed = {}
+    for r in rows:
+        by_seed.setdefault(r["seed"], set()).add(r["realised_noise"])
+    assert all(len(v) == 1 for v in by_seed.values()), by_seed  # same labels per seed
+    summary = (out_dir / "summary.md").read_text()
+    for optimizer in {r["optimizer"] for r in rows}:
+        n_seeds = sum(r["optimizer"] == optimizer for r in rows)
+        assert f"| {optimizer} | {n_seeds} |" in summary, summary
+    for figure in ("curves-cifar10-sym0.2.png", "bars-cifar10-sym0.2.png"):
+        assert (out_dir / figure).stat().st_size > 10_000, figure
+    return rows
+
+
+def mtimes(out_dir):
+    return {p: p.stat().st_mtime_ns for p in out_dir.rglob("*")
+            if p.is_file() and p.suffix in (".pt", ".jsonl")}
+
+
+@pytest.mark.parametrize("platform", [p for p in sorted(PLATFORMS) if p != "colab_tpu"])
+def test_study_notebook_runs_the_grid_on_the_cpu(platform, tmp_path):
+    nb = run(platform, tmp_path, **GRID)
+    rows = check_study(tmp_path / "study")
+    text = stream_text(nb)
+    assert "falls back to the CPU" in text
+    assert text.count(": training (lr ") == 4
+    assert {r["lr"] for r in rows if r["optimizer"] == "lion"} == {2e-4}
+    for r in rows:
+        assert {h["device"] for h in read_jsonl(tmp_path / "study" / r["run"] / "metrics.jsonl")
+                } == {"cpu"}
+
+
+def test_a_rerun_retrains_nothing_and_fan_out_runs_merge(tmp_path):
+    """Two fan-out invocations (one run each) then the full grid: it trains only the other
+    two runs; a second full run trains nothing and changes no checkpoint or history."""
+    run("local_mps", tmp_path, out="study", OPTIMIZER="lion", SEED=1)
+    run("local_mps", tmp_path, out="study", OPTIMIZER="sgd", SEED=0)
+    check_study(tmp_path / "study", runs={"cifar10-lion-seed1-sym0.2", "cifar10-sgd-seed0-sym0.2"})
+
+    text = stream_text(run("local_mps", tmp_path, **GRID))
+    assert text.count("finished earlier, skipped") == 2 and text.count(": training (lr ") == 2
+    check_study(tmp_path / "study")
+    before = mtimes(tmp_path / "study")
+
+    text = stream_text(run("local_mps", tmp_path, **GRID))
+    assert text.count("finished earlier, skipped") == 4 and ": training (lr " not in text
+    assert mtimes(tmp_path / "study") == before
+    check_study(tmp_path / "study")
+
+
+def test_more_epochs_resume_the_finished_runs(tmp_path):
+    """EPOCHS raised after a finished study: each run continues from its checkpoint."""
+    one = dict(OPTIMIZERS=["adamw"], SEEDS=[0])
+    run("local_mps", tmp_path, EPOCHS=1, **one)
+    text = stream_text(run("local_mps", tmp_path, EPOCHS=2, **one))
+    assert "resuming (lr 0.001" in text and "at epoch 1, batch 0" in text
+    check_study(tmp_path / "study", runs={"cifar10-adamw-seed0-sym0.2"})
+
+
+def test_tpu_notebook_without_torch_xla_runs_on_the_cpu(tmp_path):
+    from lib.xla import installed
+
+    if installed():  # only when the whole suite is run inside the XLA lane's environment
+        pytest.skip("torch_xla is installed here: tests/test_xla_optimizer_study.py covers it")
+    run("colab_tpu", tmp_path, OPTIMIZERS=["adamw"], SEEDS=[0])
+    rows = check_study(tmp_path / "study", runs={"cifar10-adamw-seed0-sym0.2"})
+    history = read_jsonl(tmp_path / "study" / rows[0]["run"] / "metrics.jsonl")
+    assert history[-1]["device"] == "cpu"
