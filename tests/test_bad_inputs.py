@@ -138,6 +138,29 @@ CASES = [
     ("mamba-half-downloaded", "mamba_spike", dict(SAMPLE_DATA=False), _nmnist_recordings,
      ["nmnist is not in DATA_DIR", "NMNIST/ there holds only 1 recordings",
       "delete the folder to download again", "point DATA_DIR"]),
+    ("study-optimizer", "optimizer_study", dict(OPTIMIZERS=["sgd", "adagrad"]), None,
+     ["OPTIMIZERS: unknown optimizer 'adagrad'", "valid choices are sgd, adam, adamw, lion"]),
+    ("study-one-optimizer", "optimizer_study", dict(OPTIMIZER="nadam"), None,
+     ["OPTIMIZER: unknown optimizer 'nadam'", "Fix the OPTIMIZERS parameter"]),
+    ("study-label-noise-above-1", "optimizer_study", dict(LABEL_NOISE=1.2), None,
+     ["LABEL_NOISE=1.2", "outside [0, 1]", "LABEL_NOISE = 0.2"]),
+    ("study-label-noise-negative", "optimizer_study", dict(LABEL_NOISE=-0.1), None,
+     ["LABEL_NOISE=-0.1", "outside [0, 1]"]),
+    ("study-noise-mode", "optimizer_study", dict(NOISE_MODE="pairs"), None,
+     ["unknown NOISE_MODE 'pairs'", "['asymmetric', 'symmetric']"]),
+    ("study-dataset", "optimizer_study", dict(DATASET="svhn"), None,
+     ["DATASET='svhn'", "set DATASET to 'cifar10' or 'cifar100'"]),
+    ("study-seeds-text", "optimizer_study", dict(SEEDS="0,1"), None,
+     ["SEEDS='0,1'", "expected a list of int", "papermill -p SEEDS"]),
+    ("study-data-dir-empty", "optimizer_study", dict(SAMPLE_DATA=False), lambda d: d.mkdir(),
+     ["cifar10 is not in DATA_DIR", "cifar-10-batches-py/", "downloading it failed",
+      "SAMPLE_DATA = True"]),
+    ("study-half-downloaded", "optimizer_study", dict(SAMPLE_DATA=False), _other_dataset,
+     ["cifar10 is not in DATA_DIR", "checksums verified", "extract the official"]),
+    ("study-other-dataset", "optimizer_study", dict(SAMPLE_DATA=False, DATASET="cifar100"),
+     _other_dataset, ["cifar100 is not in DATA_DIR", "cifar-100-python/", "point DATA_DIR"]),
+    ("study-data-dir-is-file", "optimizer_study", dict(SAMPLE_DATA=False), _data_file,
+     ["is a file", "set DATA_DIR to a folder"]),
 ]
 
 
@@ -152,6 +175,8 @@ def _offline_downloads(monkeypatch):
     from torchvision import datasets
 
     monkeypatch.setattr(datasets.FashionMNIST, "mirrors", ["http://127.0.0.1:9/"])
+    for cls in (datasets.CIFAR10, datasets.CIFAR100):
+        monkeypatch.setattr(cls, "url", "http://127.0.0.1:9/" + cls.filename)
     import tonic
 
     for cls, attrs in ((tonic.datasets.NMNIST, ("train_url", "test_url")),
