@@ -92,10 +92,17 @@ def test_time_steps_times_every_step_after_the_warm_up():
 
 
 def test_event_framing_cold_and_cached(tmp_path):
-    res = bench_pipeline.framing(tmp_path, repeats=1)
-    assert res["recordings"] > 0
-    assert positive(res["cold_ms"]) and positive(res["cached_ms"])
-    assert res["speedup"] == pytest.approx(res["cold_ms"] / res["cached_ms"])
+    res = bench_pipeline.framing(tmp_path, repeats=1, counts=(300, 2000))
+    assert [r["events"] for r in res["rows"]] == [300, 2000]
+    for row in res["rows"]:
+        assert row["recordings"] == 40
+        assert positive(row["cold_ms"]) and positive(row["cached_ms"])
+        assert row["speedup"] == pytest.approx(row["cold_ms"] / row["cached_ms"])
+    # the recordings really have the asked-for number of events (before Denoise)
+    one = tmp_path / "events2000" / "sample" / "NMNIST" / "Train" / "0" / "00000.bin"
+    assert one.stat().st_size == 5 * 2000
+    text = bench_pipeline.report({"rows": [], "missing": [], "framing": res})
+    assert "| 2,000 |" in text or "| 2000 |" in text
 
 
 def test_xla_section_without_the_environment_says_not_measured(tmp_path):

@@ -13,8 +13,11 @@ from lib.data import events_sample
 from lib.data.events import (
     PAD_COLLATE,
     FramesToTensor,
+    SparseFrames,
     build_event_datasets,
+    cache_file,
     collate_fn,
+    dense_frames,
     frame_hw,
     frame_picture,
     load_events,
@@ -149,6 +152,24 @@ def test_dt_framing_gives_true_bins_and_fixed_t_pads_or_crops(data_dir):
     batch, labels = PAD_COLLATE([(frames[:3], 1), (frames, 2)])
     assert batch.shape == (2, 6, 2, 34, 34) and batch[0, 3:].sum() == 0
     assert labels.tolist() == [1, 2]
+
+
+def test_the_cache_holds_sparse_frames_that_read_back_exactly(data_dir):
+    """The cache file stores the non-zero counts and their places, not the dense array; the
+    frames read from it equal tonic's framing of the recording (and old dense caches load)."""
+    import h5py
+
+    train, _, _ = build_event_datasets("nmnist", data_dir, sample=True, n_time_bins=300)
+    frames, _ = train[3]  # framed now and cached
+    with h5py.File(cache_file(train, 3)) as f:
+        stored = {k: f[f"data/0/{k}"][()] for k in f["data/0"]}
+    assert stored["shape"].tolist() == [300, 2, 34, 34]
+    assert len(stored["index"]) == int((frames != 0).sum()) < 0.02 * frames.numel()
+    fresh = train.dataset[3][0]  # the uncached path: events -> frames -> SparseFrames
+    assert torch.equal(dense_frames(fresh), frames) and torch.equal(train[3][0], frames)
+    raw = frames.numpy().astype(np.int16)
+    assert torch.equal(FramesToTensor()(raw), frames)  # a dense cache entry still loads
+    assert torch.equal(dense_frames(SparseFrames()(raw)), frames)
 
 
 def test_frame_picture_colours_polarities():

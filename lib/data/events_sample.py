@@ -52,15 +52,16 @@ def nmnist_bytes(ev: dict[str, np.ndarray]) -> bytes:
     return raw.astype(np.uint8).tobytes()
 
 
-def write_nmnist_sample(root: Path, n_train: int = 4, n_test: int = 2, seed: int = 0) -> Path:
-    """`n_train` / `n_test` recordings per digit, 300 ms each; returns `root`."""
+def write_nmnist_sample(root: Path, n_train: int = 4, n_test: int = 2, seed: int = 0,
+                        n_events: int = 1500) -> Path:
+    """`n_train` / `n_test` recordings per digit, 300 ms and `n_events` each; returns `root`."""
     root = Path(root)
     rng = np.random.default_rng(seed)
     for folder, n in (("Train", n_train), ("Test", n_test)):
         for digit in range(10):
             for i in range(n):
                 path = root / "NMNIST" / folder / str(digit) / f"{i:05d}.bin"
-                ev = blob_events(rng, digit, 10, 34, 300_000, 1500)
+                ev = blob_events(rng, digit, 10, 34, 300_000, n_events)
                 if not path.exists():
                     _write_bytes(path, nmnist_bytes(ev))
     return root
