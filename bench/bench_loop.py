@@ -24,7 +24,6 @@ import pstats
 import tempfile
 from contextlib import nullcontext
 from pathlib import Path
-from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +31,7 @@ from torch.utils.data import DataLoader
 
 from bench.common import FIGURES, captured, markdown_table, median, save_figure, timed
 from lib.data import fashion
-from lib.data.common import SeededDataset, make_loader, sample_seed
+from lib.data.common import make_loader
 from lib.device import DeviceChoice, choose_device, probe
 from lib.platforms import get_platform
 from lib.run import Run
@@ -40,7 +39,7 @@ from lib.train import fit
 from lib.workloads.fashion_mnist import FashionConfig, build_task
 
 BATCH, STEPS, SEED = 128, 30, 1
-VARIANTS = ("bare", "fit", "fit + proposed fix")
+VARIANTS = ("bare", "fit")
 PLATFORM_OF = {"cpu": "colab_t4", "cuda": "colab_t4", "mps": "local_mps"}
 
 
@@ -81,30 +80,12 @@ def bare_loop(model, optimizer, scheduler, train_set, test_set, batch: int, epoc
     return float(correct) / len(test_set)
 
 
-def cpu_only_seeding(self: SeededDataset, key):
-    """The proposed `SeededDataset.__getitem__`: seed and restore the CPU generator only.
-
-    `torch.manual_seed` also queues lazy seeds for CUDA, XPU and MTIA, each recording a
-    formatted stack trace (0.25-1.5 ms per sample, growing with the stack's depth), and
-    `fork_rng` adds ~15 us of bookkeeping. Augmentation draws from the CPU generator only,
-    and `fork_rng(devices=[])` saves nothing else, so the samples are bit-identical.
-    """
-    epoch, index = key
-    generator = torch.default_generator
-    state = generator.get_state()
-    generator.manual_seed(sample_seed(self.seed, epoch, index))
-    try:
-        return self.dataset[index]
-    finally:
-        generator.set_state(state)
-
-
 def choice_for(kind: str) -> DeviceChoice:
     return choose_device(kind, get_platform(PLATFORM_OF[kind]), environ={})
 
 
 def lib_fit(train_set, test_set, batch: int, epochs: int, seed: int, choice: DeviceChoice,
-            out_dir: Path, fix: bool = False) -> tuple[float, float, float]:
+            out_dir: Path) -> tuple[float, float, float]:
     """Run `fit` in a fresh run folder; (test accuracy, wall s, CPU s) of loaders + fit."""
     torch.manual_seed(seed)
     cfg = FashionConfig(platform=PLATFORM_OF[choice.type], seed=seed, epochs=epochs)
@@ -118,8 +99,7 @@ def lib_fit(train_set, test_set, batch: int, epochs: int, seed: int, choice: Dev
         run.close()
         return history[-1]["test_accuracy"]
 
-    patch = mock.patch.object(SeededDataset, "__getitem__", cpu_only_seeding)
-    with captured(), patch if fix else nullcontext():
+    with captured():
         return timed(go)
 
 
@@ -140,7 +120,7 @@ def one_run(variant: str, data, batch: int, epochs: int, choice: DeviceChoice) -
     else:
         with tempfile.TemporaryDirectory(prefix="bench-loop-") as out:
             acc, wall, cpu = lib_fit(train_set, test_set, batch, epochs, SEED, choice,
-                                     Path(out), fix=variant != "fit")
+                                     Path(out))
     samples = epochs * (len(train_set) // batch) * batch
     return {"samples_per_s": samples / wall, "wall_s": wall, "cpu_s": cpu,
             "test_accuracy": acc}
@@ -159,13 +139,10 @@ def loader_ms(train_set, batch: int, choice: DeviceChoice) -> list[dict]:
     plain = DataLoader(train_set, batch, shuffle=True, drop_last=True,
                        generator=torch.Generator().manual_seed(SEED))
     rows = []
-    for name, fix in (("torch DataLoader", False), ("lib make_loader", False),
-                      ("lib make_loader, proposed fix", True)):
+    for name in ("torch DataLoader", "lib make_loader"):
         loader = plain if name.startswith("torch") else make_loader(
             train_set, batch, choice, train=True, seed=SEED)
-        patch = mock.patch.object(SeededDataset, "__getitem__", cpu_only_seeding)
-        with patch if fix else nullcontext():
-            _, wall, _ = timed(lambda loader=loader: sum(1 for _ in loader))
+        _, wall, _ = timed(lambda loader=loader: sum(1 for _ in loader))
         rows.append({"loader": name, "ms_per_batch": 1e3 * wall / len(loader)})
     return rows
 

@@ -19,17 +19,15 @@ import argparse
 import importlib.util
 import tempfile
 import time
-from contextlib import nullcontext
 from itertools import cycle
 from pathlib import Path
-from unittest import mock
 
 import torch
 import torch.nn.functional as F
 
-from bench.bench_loop import choice_for, cpu_only_seeding
+from bench.bench_loop import choice_for
 from bench.common import FIGURES, markdown_table, median, save_figure
-from lib.data.common import SeededDataset, make_loader
+from lib.data.common import make_loader
 
 # CPU batch sizes (the platform batches of a T4 would take minutes per step here).
 BATCHES = {"fashion_mnist": 128, "cifar10": 32, "mshnet": 4, "mamba_spike": 2}
@@ -82,16 +80,14 @@ WORKLOADS = {"fashion_mnist": ("lib.data.fashion", _fashion),
              "mamba_spike": ("lib.data.events", _events)}
 
 
-def time_loading(loader, n: int, fix: bool = False) -> tuple[list[float], list]:
+def time_loading(loader, n: int) -> tuple[list[float], list]:
     """Seconds of each of the first `n` `next()` calls, and the batches they returned."""
-    patch = mock.patch.object(SeededDataset, "__getitem__", cpu_only_seeding)
     times, batches = [], []
-    with patch if fix else nullcontext():
-        it = iter(loader)
-        for _ in range(min(n, len(loader))):
-            start = time.perf_counter()
-            batches.append(next(it))
-            times.append(time.perf_counter() - start)
+    it = iter(loader)
+    for _ in range(min(n, len(loader))):
+        start = time.perf_counter()
+        batches.append(next(it))
+        times.append(time.perf_counter() - start)
     return times, batches
 
 
@@ -113,19 +109,18 @@ def time_steps(model, loss_fn, optimizer, batches: list, steps: int,
 
 def measure(name: str, folder: Path, batch: int | None = None, n_batches: int = 4,
             steps: int = 2) -> dict:
-    """One workload's row: median ms per batch of loading (as is, with the proposed seeding
-    fix) and of the step, their ratio and the loader-bound samples/s."""
+    """One workload's row: median ms per batch of loading and of the step, their ratio and
+    the loader-bound samples/s."""
     torch.manual_seed(0)
     batch = batch or BATCHES[name]
     train, collate, model, loss_fn, optimizer = WORKLOADS[name][1](folder / name)
     loader = make_loader(train, batch, choice_for("cpu"), train=True, seed=0, collate_fn=collate)
     time_loading(loader, n_batches)  # first touch: file caches, imports, event framing
     load, batches = time_loading(loader, n_batches)
-    load_fix, _ = time_loading(loader, n_batches, fix=True)
     step = time_steps(model, loss_fn, optimizer, batches, steps)
     load_ms, step_ms = 1e3 * median(load), 1e3 * median(step)
     return {"workload": name, "batch": batch, "load_ms": load_ms,
-            "load_fix_ms": 1e3 * median(load_fix), "step_ms": step_ms,
+            "step_ms": step_ms,
             "load_over_step": load_ms / step_ms, "loader_samples_per_s": batch / load_ms * 1e3,
             "step_samples_per_s": batch / step_ms * 1e3, "batches": len(load),
             "starved": load_ms > step_ms}
@@ -207,7 +202,6 @@ def report(res: dict, figure: str | None = None) -> str:
     text = ["CPU, one loader process (`make_loader`, num_workers 0), sample data; medians of "
             "the timed batches.", "", markdown_table(res["rows"], [
                 ("workload", "workload"), ("batch", "batch"), ("load_ms", "load ms/batch"),
-                ("load_fix_ms", "load ms/batch, proposed seeding fix"),
                 ("step_ms", "step ms/batch (CPU)"), ("load_over_step", "load / step"),
                 ("loader_samples_per_s", "loader-bound samples/s"),
                 ("step_samples_per_s", "CPU step samples/s"), ("starved", "CPU step starved")])]

@@ -5,12 +5,10 @@ import sys
 
 import pytest
 import torch
-from torch.utils.data import Dataset
 
 from bench import __main__ as suite
 from bench import bench_gpu, bench_loop, bench_pipeline, bench_suite, bench_xla
 from bench.common import ROOT
-from lib.data.common import SeededDataset
 from lib.platforms import PLATFORMS
 
 
@@ -45,35 +43,13 @@ def test_fit_in_the_benchmark_really_wrote_a_run_folder(tmp_path):
     assert 0 <= acc <= 1 and positive(wall) and cpu > 0
 
 
-class _Augmenting(Dataset):
-    """Samples drawn from the global torch RNG, as random augmentation does."""
-
-    def __len__(self):
-        return 8
-
-    def __getitem__(self, i):
-        return torch.rand(3) + i, int(torch.randint(0, 100, ()))
-
-
-def test_the_proposed_seeding_fix_gives_identical_samples_and_keeps_the_global_rng():
-    ds = SeededDataset(_Augmenting(), seed=5)
-    keys = [(e, i) for e in range(3) for i in range(8)]
-    before = torch.get_rng_state()
-    current = [ds[k] for k in keys]
-    fixed = [bench_loop.cpu_only_seeding(ds, k) for k in keys]
-    assert torch.equal(torch.get_rng_state(), before)
-    for (a, la), (b, lb) in zip(current, fixed, strict=True):
-        assert torch.equal(a, b) and la == lb
-    assert not torch.equal(current[0][0], current[8][0])  # epochs differ
-
-
 def test_pipeline_row_of_fashion_and_missing_modules_reported(tmp_path, monkeypatch):
     monkeypatch.setitem(bench_pipeline.WORKLOADS, "future", ("lib.data.not_yet", None))
     res = bench_pipeline.run(["fashion_mnist", "future"], tmp_path, n_batches=2, steps=1,
                              batches={"fashion_mnist": 32}, framing_repeats=0)
     (row,) = res["rows"]
     assert row["workload"] == "fashion_mnist" and row["batch"] == 32 and row["batches"] == 2
-    for key in ("load_ms", "load_fix_ms", "step_ms", "loader_samples_per_s"):
+    for key in ("load_ms", "step_ms", "loader_samples_per_s"):
         assert positive(row[key]), key
     assert row["load_over_step"] == pytest.approx(row["load_ms"] / row["step_ms"])
     assert row["loader_samples_per_s"] == pytest.approx(32 / row["load_ms"] * 1e3)

@@ -6,8 +6,9 @@ import json
 import pytest
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
-from lib.data.common import make_loader
+from lib.data.common import SeededDataset, make_loader
 from lib.device import Probe, choose_device
 from lib.metrics import Accuracy, read_jsonl
 from lib.platforms import get_platform
@@ -148,3 +149,27 @@ def test_the_epoch_after_a_mid_epoch_resume_is_whole():
     a.sampler.set_epoch(1, start=32)
     assert len(list(a)) == 4  # 96 - 32 samples, 16 a batch
     assert len(a) == 6  # the epoch's length, which the loop counts batches against
+
+
+class _Augmenting(Dataset):
+    """Samples drawn from the global torch RNG, as random augmentation does."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.rand(3) + i, int(torch.randint(0, 100, ()))
+
+
+def test_seeded_samples_depend_on_seed_epoch_and_index_only_and_keep_the_global_rng():
+    ds = SeededDataset(_Augmenting(), seed=5)
+    keys = [(e, i) for e in range(3) for i in range(8)]
+    before = torch.get_rng_state()
+    first = [ds[k] for k in keys]
+    assert torch.equal(torch.get_rng_state(), before)  # the global generator is restored
+    torch.rand(7)  # whatever else draws in between changes nothing
+    again = [ds[k] for k in reversed(keys)][::-1]
+    for (a, la), (b, lb) in zip(first, again, strict=True):
+        assert torch.equal(a, b) and la == lb
+    assert not torch.equal(first[0][0], first[8][0])  # epochs differ
+    assert not torch.equal(first[0][0], SeededDataset(_Augmenting(), seed=6)[(0, 0)][0])
