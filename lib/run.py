@@ -116,14 +116,14 @@ class Run:
                  if isinstance(v, float) and k not in ("seconds",)}
         progress.set_postfix(loss=shown.get("train_loss"), refresh=False)
         self.log(f"epoch {record['epoch']}/{epochs} {shown} | "
-                 f"{record['samples_per_s']:.0f} samples/s | ETA {_hours(eta_h)}")
+                 f"{record['samples_per_s']:.0f} samples/s | ETA {format_hours(eta_h)}")
         self._warn_eta(eta_h, record["epoch"])
 
     def _warn_eta(self, eta_h: float, done: int) -> None:
         if self.eta_warned or self.session_hours is None or eta_h <= self.session_hours:
             return
         self.eta_warned = True
-        self.log(f"WARNING: the remaining {_hours(eta_h)} exceed this platform's "
+        self.log(f"WARNING: the remaining {format_hours(eta_h)} exceed this platform's "
                  f"{self.session_hours:.0f} h session limit. Reduce EPOCHS, or keep going: "
                  "checkpoints are saved every epoch, so re-running the notebook after a "
                  f"disconnect resumes from epoch {done}.")
@@ -134,5 +134,5 @@ class Run:
             self.tb = None
 
 
-def _hours(h: float) -> str:
+def format_hours(h: float) -> str:
     return f"{h * 60:.1f} min" if h < 1 else f"{h:.1f} h"

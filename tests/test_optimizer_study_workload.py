@@ -16,6 +16,7 @@ from lib.workloads.optimizer_study import (
     datasets,
     plan,
     run_session,
+    study_eta,
 )
 
 GOOD = dict(PLATFORM="colab_t4", DEVICE="cpu", DATA_DIR=None, OUT_DIR=None, SAMPLE_DATA=False,
@@ -115,3 +116,12 @@ def test_run_spec_folder_names_are_what_the_workload_writes(tmp_path):
     s = session.start(make(OUT_DIR=str(tmp_path)), announce=False)
     spec = RunSpec("cifar10", "radam", 2, 0.2)
     assert run_session(s, spec).out_dir == tmp_path / "cifar10-radam-seed2-sym0.2"
+
+
+def test_study_eta_adds_up_the_runs_left_and_warns_past_the_session():
+    assert study_eta([600.0, 1200.0], 4, 12.0) == "study: 4 run(s) left, about 1.0 h"
+    assert study_eta([60.0], 3, None) == "study: 3 run(s) left, about 3.0 min"
+    line = study_eta([3 * 3600.0], 5, 12.0)
+    assert line.startswith("study: 5 run(s) left, about 15.0 h. WARNING: more than this "
+                           "platform's 12 h session")
+    assert "finished runs are skipped" in line

@@ -33,6 +33,7 @@ from lib.optim import (
     warmup_cosine,
 )
 from lib.plots import image_grid
+from lib.run import format_hours
 from lib.session import Session
 from lib.study import RunSpec, finish_run, plan_runs, read_marker, run_status
 from lib.train import Task
@@ -151,7 +152,7 @@ def run_grid(s: Session) -> list[dict]:
     Each run trains through `launch` (all devices of the platform), then writes DONE.json
     and merges its row into OUT_DIR/results.csv; a finished run is only reported.
     """
-    rows = []
+    rows, trained = [], []
     specs = plan(s.cfg)
     for i, spec in enumerate(specs, 1):
         rs = run_session(s, spec)
@@ -171,7 +172,21 @@ def run_grid(s: Session) -> list[dict]:
         if s.dist.main:
             rows.append(finish_run(s.out_dir, spec, history, realised_noise=realised, lr=lr,
                                    weight_decay=weight_decay))
+            trained.append(rows[-1]["wall_time_s"])
+            print(study_eta(trained, len(specs) - i, s.platform.session_hours))
     return rows
+
+
+def study_eta(run_seconds: list[float], runs_left: int, session_hours: float | None) -> str:
+    """A line with the time the `runs_left` runs will take at the mean of `run_seconds`, and a
+    warning when that exceeds the session limit (re-running resumes, so it is no loss)."""
+    hours = runs_left * sum(run_seconds) / len(run_seconds) / 3600
+    line = f"study: {runs_left} run(s) left, about {format_hours(hours)}"
+    if session_hours is not None and hours > session_hours:
+        line += (f". WARNING: more than this platform's {session_hours:.0f} h session; when it "
+                 "ends, re-run the notebook: finished runs are skipped and the interrupted one "
+                 "resumes (or fan the runs out over sessions with OPTIMIZER and SEED)")
+    return line
 
 
 def noisy_examples(dataset, name: str, n: int = 16, path: Path | None = None):
