@@ -5,26 +5,68 @@ time it reaches `point("checkpoint.write")`, and so on. Unset (always, outside t
 injection tests) a point costs one dictionary lookup. The points: `train.step` (after
 backward, before the optimizer step), `eval.batch` (mid-evaluation) and `checkpoint.write`
 (half of a checkpoint's bytes written).
+
+A timed spec, `train.step@2+0.05`, kills at an arbitrary moment instead: the 2nd hit of
+`train.step` starts a daemon timer that SIGKILLs the process 0.05 s later, wherever it is
+then (mid-step, mid-evaluation, mid-write, logging...). So that such a kill cannot let the
+run get arbitrarily far on a fast machine, the process waits for the timer at the next
+`train.step` or `checkpoint.write` it reaches (the points just before a weight update and
+before a checkpoint becomes complete), or at exit: a timed kill always lands, and a run
+killed by `X@n+d` keeps at most what a kill at the next such point would keep. A line on
+stderr says where the process waited, if it did.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
+import sys
+import threading
+import time
 
 ENV = "TA_FAILPOINTS"
+# Where a process with a timed kill pending waits for it: before state changes for good.
+HOLD_AT = ("train.step", "checkpoint.write")
 _hits: dict[str, int] = {}
+_pending: list[threading.Timer] = []  # the started timed kill, if any
 
 
-def _armed() -> dict[str, int]:
-    spec = os.environ.get(ENV, "")
-    return {name: int(n) for name, _, n in (p.partition("@") for p in spec.split(",") if p)}
+def _armed() -> dict[str, tuple[int, float | None]]:
+    """name -> (hit, delay in s or None) from the environment."""
+    armed = {}
+    for item in filter(None, os.environ.get(ENV, "").split(",")):
+        name, _, when = item.partition("@")
+        hit, timed, delay = when.partition("+")
+        armed[name.strip()] = (int(hit), float(delay) if timed else None)
+    return armed
+
+
+def _kill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _hold(where: str) -> None:
+    """Wait (forever) for the pending timer's SIGKILL."""
+    print(f"failpoints: held at {where} until the timed kill", file=sys.stderr, flush=True)
+    while True:
+        time.sleep(1.0)
 
 
 def point(name: str) -> None:
     """Die here (SIGKILL, no cleanup, like a lost runtime) if this hit is armed."""
     if ENV not in os.environ:
         return
+    if _pending and name in HOLD_AT:
+        _hold(name)
     _hits[name] = _hits.get(name, 0) + 1
-    if _armed().get(name) == _hits[name]:
-        os.kill(os.getpid(), signal.SIGKILL)
+    hit, delay = _armed().get(name, (None, None))
+    if hit != _hits[name]:
+        return
+    if delay is None:
+        _kill()
+    timer = threading.Timer(delay, _kill)
+    timer.daemon = True
+    _pending.append(timer)
+    atexit.register(_hold, "exit")
+    timer.start()

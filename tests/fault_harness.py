@@ -6,12 +6,16 @@ papermill does), so what is tested is exactly what a Colab user re-runs after a 
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,56 +38,123 @@ def notebook_script(workload: str, params: dict, path: Path) -> Path:
     return path
 
 
+# Kill points. Checkpoints are written after every step (the tests set CHECKPOINT_MINUTES to
+# ~0), so each kill below keeps a bounded number of steps whatever the machine's speed:
+MAX_HIT = 2  # failpoint hits: X@1 or X@2
+STARTUP_S = (0.5, 6.0)  # start-up kills: this long after the process starts...
+STARTUP_LIMIT = "train.step@1"  # ...or at its first step, whichever comes first
+TIMED_S = (1e-3, 0.3)  # timed kills X@n+d: d log-uniform in this range (see lib/faults.py)
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One attempt's kill: its TA_FAILPOINTS, and for start-up kills a SIGKILL from outside."""
+
+    spec: str
+    after_s: float | None = None  # SIGKILL this long after the process starts
+
+
+def kill_points(seed: int | str, max_hit: int = MAX_HIT, startup: float = 0.15,
+                timed: float = 0.4) -> Iterator[Kill]:
+    """An endless stream of kill points, replayable from `seed`, drawn as:
+
+    * `startup`: at a random moment of the notebook's start-up (imports, session, data
+      cells), or at the first training step if start-up is over by then: keeps 0 steps;
+    * `timed`: `X@n+d`, d from 1 ms to 0.3 s after the n-th hit of X, wherever the process
+      then is (mid-step, mid-evaluation, mid-write, logging); it waits for the kill at the
+      next `train.step` / `checkpoint.write`, so it keeps what that point's kill keeps;
+    * otherwise `X@n` exactly at a failpoint.
+    """
+    rng = random.Random(seed)
+    while True:
+        r = rng.random()
+        if r < startup:
+            yield Kill(STARTUP_LIMIT, round(rng.uniform(*STARTUP_S), 2))
+            continue
+        spec = f"{rng.choice(FAILPOINTS)}@{rng.randint(1, max_hit)}"
+        if r < startup + timed:
+            low, high = (math.log10(t) for t in TIMED_S)
+            spec += f"+{10 ** rng.uniform(low, high):.3f}"
+        yield Kill(spec)
+
+
+def steps_needed(kills: int, batches: int, max_hit: int = MAX_HIT) -> int:
+    """Training steps (EPOCHS * SMOKE_BATCHES) that guarantee `kills` kills of `kill_points`
+    all land before the run finishes, on any machine.
+
+    With a checkpoint after every step, one kill moves the newest checkpoint by at most:
+    `train.step@n`, `checkpoint.write@n`: n - 1 steps (the n-th is lost); `eval.batch@n`:
+    batches - 1 (the epoch's rest trains first; the end-of-epoch checkpoint is not written);
+    a timed kill: what a kill at the next `train.step`/`checkpoint.write` keeps, so n - 1
+    armed at `train.step`, n at `checkpoint.write`, batches - 1 at `eval.batch`; a start-up
+    kill: 0. And each kill lands while max_hit steps remain (`eval.batch` ones always: the
+    notebook evaluates after training too; armed timed kills always, see lib/faults.py).
+    """
+    # eval.batch@n must land in the epoch's first evaluation (of min(batches, len) batches;
+    # every workload's sample test set has at least `batches` of them)
+    assert 1 <= max_hit <= batches
+    per_kill = max(max_hit, batches - 1)
+    return (kills - 1) * per_kill + max_hit
+
+
 @dataclass
 class Outcome:
     kills: list[str] = field(default_factory=list)  # what killed each attempt
     attempts: int = 0
+    finished_early: bool = False  # a kill point was not reached: the run was too short
 
 
-def _run(script: Path, env: dict, delay: float | None, timeout: float) -> int:
+def _run(script: Path, env: dict, after_s: float | None, timeout: float) -> tuple[str, str]:
+    """(how the run ended: "finished", "killed" or "killed from outside", its stderr)."""
     proc = subprocess.Popen([sys.executable, str(script)], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    if delay is not None:
+    outside = False
+    if after_s is not None:
         try:
-            proc.wait(timeout=delay)
+            proc.wait(timeout=after_s)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
+            outside = True
     try:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         raise
+    err = err.decode(errors="replace")
     if proc.returncode not in (0, -signal.SIGKILL):
-        raise RuntimeError(f"{script.name} failed (exit {proc.returncode}):\n"
-                           f"{err.decode()[-3000:]}")
-    return proc.returncode
+        raise RuntimeError(f"{script.name} failed (exit {proc.returncode}):\n{err[-3000:]}")
+    if proc.returncode == 0:
+        return "finished", err
+    return ("killed from outside" if outside else "killed"), err
 
 
-def plan(seed: int, n: int, max_hit: int = 3, time_kills: float = 0.2):
-    """n kill points: (failpoint spec, None) or (None, delay in s); replayable from `seed`."""
-    rng = random.Random(seed)
-    points = []
-    for _ in range(n):
-        if rng.random() < time_kills:
-            points.append((None, round(rng.uniform(2.0, 8.0), 2)))
-        else:
-            points.append((f"{rng.choice(FAILPOINTS)}@{rng.randint(1, max_hit)}", None))
-    return points
+def _describe(kill: Kill, how: str, err: str, seconds: float) -> str:
+    if kill.after_s is not None:
+        return (f"SIGKILL at start-up after {kill.after_s}s" if how == "killed from outside"
+                else f"{kill.spec} before the {kill.after_s}s start-up kill ({seconds:.1f}s)")
+    held = re.search(r"failpoints: held at (\S+)", err)
+    return kill.spec + (f" (held at {held.group(1)})" if held else "")
 
 
-def run_with_kills(script: Path, points, timeout: float = 600) -> Outcome:
-    """Run `script` once per kill point (each killed, or finishing early), then to the end."""
+def run_with_kills(script: Path, points: Iterable[Kill] = (), kills: int = 0,
+                   timeout: float = 600) -> Outcome:
+    """Run `script` with the next kill point until `kills` have landed, then to the end.
+
+    If an attempt finishes instead (its kill point lay beyond the end of the training), the
+    outcome says `finished_early` and no more kills are tried.
+    """
     outcome = Outcome()
     base = {k: v for k, v in os.environ.items() if k != "TA_FAILPOINTS"}
-    for spec, delay in points:
-        env = dict(base, TA_FAILPOINTS=spec) if spec else base
+    for kill in itertools.islice(points, kills):
         t0 = time.monotonic()
         outcome.attempts += 1
-        if _run(script, env, delay, timeout) == 0:
-            return outcome  # finished before this kill point was reached
-        outcome.kills.append(spec or f"SIGKILL after {delay}s ({time.monotonic() - t0:.1f}s)")
+        how, err = _run(script, dict(base, TA_FAILPOINTS=kill.spec), kill.after_s, timeout)
+        if how == "finished":
+            outcome.finished_early = True
+            return outcome
+        outcome.kills.append(_describe(kill, how, err, time.monotonic() - t0))
     outcome.attempts += 1
-    assert _run(script, base, None, timeout) == 0
+    assert _run(script, base, None, timeout)[0] == "finished"
     return outcome
 
 

@@ -1,6 +1,11 @@
-"""SIGKILL a notebook's training at seeded moments (>= 20 for the quickstart, more for the
-other workloads, > 35 per run of the suite); it must end exactly where an uninterrupted run
+"""SIGKILL a notebook's training at seeded moments (20 times for the quickstart, 8 for each of
+the other workloads, 36 per run of the suite); it must end exactly where an uninterrupted run
 ends: same weights, same metrics.jsonl, no duplicated or missing epochs.
+
+The kills land at failpoints (mid-step, mid-evaluation, mid-checkpoint-write), at arbitrary
+moments shortly after one, and at start-up (tests/fault_harness.py, lib/faults.py). Each kill
+keeps a bounded number of training steps, so every run is sized (`steps_needed`) for all of
+its kills to land on any machine, however fast, slow or loaded.
 
 Replay a failure with TA_FAULT_SEED=<seed printed in the assertion>.
 """
@@ -11,25 +16,32 @@ import pytest
 import torch
 
 from lib.metrics import read_jsonl
-from tests.fault_harness import notebook_script, plan, run_with_kills, strip_timing
+from tests.fault_harness import (
+    kill_points,
+    notebook_script,
+    run_with_kills,
+    steps_needed,
+    strip_timing,
+)
 
 pytestmark = pytest.mark.notebook
 SEED = int(os.environ.get("TA_FAULT_SEED", "20261122"))
-# workload -> (smoke parameters, kill points planned, kills that must land). Each restart
-# costs a process start, so the quickstart carries the 20 and the others a share each.
+# workload -> (smoke parameters, kills that must land). Each restart costs a process start,
+# so the quickstart carries the 20 and the others a share each. Few batches and many epochs:
+# an eval.batch kill lets the rest of an epoch train first.
 WORKLOADS = {
-    "fashion_mnist": (dict(EPOCHS=4, SMOKE_BATCHES=6), 24, 20),
-    # a tiny model on 8 frames; kills also land in the data cell's cache warm-up
-    "mamba_spike": (dict(EPOCHS=4, SMOKE_BATCHES=6, BATCH_SIZE=4, N_TIME_BINS=8, D_MODEL=16,
-                         N_LAYERS=1, SPIKE_CHANNELS=8), 9, 7),
+    "fashion_mnist": (dict(EPOCHS=14, SMOKE_BATCHES=3), 20),
+    # a tiny model on 8 frames
+    "mamba_spike": (dict(EPOCHS=6, SMOKE_BATCHES=3, BATCH_SIZE=4, N_TIME_BINS=8, D_MODEL=16,
+                         N_LAYERS=1, SPIKE_CHANNELS=8), 8),
     # warm-up then SLS: a resume must restore the loss's phase too
-    "mshnet": (dict(EPOCHS=4, SMOKE_BATCHES=6, BATCH_SIZE=4, WARM_EPOCHS=2), 9, 7),
+    "mshnet": (dict(EPOCHS=6, SMOKE_BATCHES=3, BATCH_SIZE=4, WARM_EPOCHS=2), 8),
 }
 
 
 def params(workload, tmp_path, name, extra):
     return dict(SMOKE=True, SAMPLE_DATA=True, DATA_DIR=str(tmp_path / "data"),
-                OUT_DIR=str(tmp_path / name), CHECKPOINT_MINUTES=1e-4, **extra)
+                OUT_DIR=str(tmp_path / name), CHECKPOINT_MINUTES=1e-9, **extra)
 
 
 def final_state(out_dir):
@@ -37,17 +49,26 @@ def final_state(out_dir):
     return newest.name, torch.load(newest, map_location="cpu", weights_only=True)
 
 
+def test_every_run_is_long_enough_for_its_kills():
+    for extra, required in WORKLOADS.values():
+        steps = extra["EPOCHS"] * extra["SMOKE_BATCHES"]
+        assert steps >= steps_needed(required, extra["SMOKE_BATCHES"]), extra
+
+
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
 def test_killed_and_restarted_run_equals_an_uninterrupted_one(workload, tmp_path):
-    extra, n_kills, required = WORKLOADS[workload]
+    extra, required = WORKLOADS[workload]
     clean = notebook_script(workload, params(workload, tmp_path, "clean", extra),
                             tmp_path / "clean.py")
     killed = notebook_script(workload, params(workload, tmp_path, "killed", extra),
                              tmp_path / "killed.py")
-    run_with_kills(clean, [])
-    points = plan(SEED, n_kills)
-    outcome = run_with_kills(killed, points)
-    replay = f"seed {SEED}, kills {outcome.kills}"
+    run_with_kills(clean)
+    outcome = run_with_kills(killed, kill_points(f"{SEED}:{workload}"), kills=required)
+    replay = f"replay with TA_FAULT_SEED={SEED}; kills {outcome.kills}"
+    print(f"{workload}: {len(outcome.kills)} kills: {outcome.kills}")
+    assert not outcome.finished_early, (
+        f"the run finished after {len(outcome.kills)} of {required} kills: too short for the "
+        f"kill plan (see steps_needed); {replay}")
 
     history = read_jsonl(tmp_path / "clean" / "metrics.jsonl")
     resumed = read_jsonl(tmp_path / "killed" / "metrics.jsonl")
@@ -58,19 +79,19 @@ def test_killed_and_restarted_run_equals_an_uninterrupted_one(workload, tmp_path
     for key in a["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), f"{key}: {replay}"
     assert not list((tmp_path / "killed" / "checkpoints").glob(".*.tmp"))
-    assert len(outcome.kills) >= required, replay
+    assert len(outcome.kills) == required, replay
 
 
 def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_path):
     extra = dict(EPOCHS=2, SMOKE_BATCHES=3)
     first = notebook_script("fashion_mnist", params("fashion_mnist", tmp_path, "run", extra),
                             tmp_path / "first.py")
-    run_with_kills(first, [])
+    run_with_kills(first)
     newest = sorted((tmp_path / "run" / "checkpoints").glob("ckpt-*.pt"))[-1]
     newest.write_bytes(newest.read_bytes()[:1000])  # a cut file, as after a lost sync
     more = dict(extra, EPOCHS=3)
     again = notebook_script("fashion_mnist", params("fashion_mnist", tmp_path, "run", more),
                             tmp_path / "again.py")
-    run_with_kills(again, [])
+    run_with_kills(again)
     history = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert [r["epoch"] for r in history] == [1, 2, 3]
