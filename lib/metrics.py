@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Protocol
 
 import torch
+
+from lib import atomic
 
 
 class Metric(Protocol):
@@ -85,14 +86,7 @@ def finite(record: dict) -> bool:
 
 def write_jsonl(path: Path, records: list[dict]) -> None:
     """Rewrite the whole history atomically (a kill never leaves half a line)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        for r in records:
-            f.write(json.dumps(r, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic.write_text(Path(path), "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
 def read_jsonl(path: Path) -> list[dict]:

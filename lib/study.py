@@ -14,13 +14,12 @@ import csv
 import io
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from lib import atomic
 from lib.data.label_noise import NOISE_MODES
 from lib.optim import OPTIMIZERS, check_optimizer_name
 
@@ -160,22 +159,11 @@ def run_result(spec: RunSpec, history: list[dict], *, realised_noise: float, lr:
     }
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write via a unique temp file + rename: readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.chmod(tmp, 0o644)  # mkstemp makes it private; results are for everyone who shares OUT_DIR
-    with os.fdopen(fd, "w", newline="") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def mark_finished(run_dir: Path, row: dict) -> Path:
     """Write the run's DONE.json marker (its result row); return its path."""
     path = Path(run_dir) / MARKER
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, json.dumps(row, indent=2, sort_keys=True) + "\n")
+    atomic.write_text(path, json.dumps(row, indent=2, sort_keys=True) + "\n")
     return path
 
 
@@ -216,7 +204,7 @@ def write_results(path: Path, rows: Sequence[dict]) -> None:
     writer = csv.DictWriter(buf, fieldnames=list(FIELDS), lineterminator="\n")
     writer.writeheader()
     writer.writerows({k: ("" if r.get(k) is None else r[k]) for k in FIELDS} for r in rows)
-    _atomic_write(Path(path), buf.getvalue())
+    atomic.write_text(Path(path), buf.getvalue())
 
 
 @contextmanager
@@ -311,6 +299,6 @@ def write_summary(out_dir: Path, summary: Sequence[dict]) -> tuple[Path, Path]:
     writer = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
     writer.writeheader()
     writer.writerows({**s, "seeds": " ".join(map(str, s["seeds"]))} for s in summary)
-    _atomic_write(out_dir / "summary.csv", buf.getvalue())
-    _atomic_write(out_dir / "summary.md", format_summary(summary) + "\n")
+    atomic.write_text(out_dir / "summary.csv", buf.getvalue())
+    atomic.write_text(out_dir / "summary.md", format_summary(summary) + "\n")
     return out_dir / "summary.csv", out_dir / "summary.md"

@@ -9,14 +9,14 @@ so the standard crop-and-flip augmentation keeps it recognisable.
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from lib import atomic
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
                    "ship", "truck")
@@ -65,10 +65,7 @@ def _images(labels: np.ndarray, protos: np.ndarray, rng: np.random.Generator,
 
 def _dump(path: Path, obj: dict) -> None:
     """Pickle atomically: parallel papermill runs may write the same sample at once."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
-        pickle.dump(obj, f, protocol=2)  # the original files are Python 2 pickles
-    os.replace(tmp, path)
+    atomic.write_bytes(path, pickle.dumps(obj, protocol=2))  # the originals are Python 2 pickles
 
 
 def _balanced_labels(num_classes: int, per_class: int, rng: np.random.Generator) -> np.ndarray:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lib import atomic
+
 CIFAR10DVS_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
                       "ship", "truck")
 DVSGESTURE_LIGHTING = ("fluorescent", "led", "natural")
@@ -115,10 +117,7 @@ def write_cifar10dvs_sample(root: Path, n_per_class: int = 6, seed: int = 0) -> 
 
 def _write_bytes(path: Path, data: bytes) -> None:
     """Write via a temporary name, so a killed run never leaves a truncated sample behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".part")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    atomic.write_bytes(path, data)
 
 
 def _write_aedat4(dv, path: Path, ev: dict[str, np.ndarray]) -> None:

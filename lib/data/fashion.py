@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torchvision import datasets, transforms
 
+from lib import atomic
+
 CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
            "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training-set pixel statistics
@@ -24,10 +26,10 @@ _FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
 def write_idx(path: Path, array: np.ndarray) -> None:
     """IDX: big-endian magic (0, 0, 0x08 = uint8, ndim), ndim uint32 dims, raw bytes."""
     array = np.ascontiguousarray(array, dtype=np.uint8)
-    with open(path, "wb") as f:
-        f.write(struct.pack(">BBBB", 0, 0, 0x08, array.ndim))
-        f.write(struct.pack(f">{array.ndim}I", *array.shape))
-        f.write(array.tobytes())
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim)
+    # whole or not at all: the sample counts as written once all four files exist
+    atomic.write_bytes(path, header + struct.pack(f">{array.ndim}I", *array.shape)
+                       + array.tobytes())
 
 
 def _sample_images(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
