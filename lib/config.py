@@ -113,6 +113,12 @@ class RunConfig:
             )
 
     @staticmethod
+    def _non_negative(name: str, value, hint: str) -> None:
+        """None passes; a negative value raises, the message ending in `hint` (the fix)."""
+        if value is not None and value < 0:
+            raise ConfigError(f"{name.upper()}={value!r} must be >= 0{hint}")
+
+    @staticmethod
     def _choice(name: str, value: str, choices) -> None:
         if value not in choices:
             raise ConfigError(

@@ -76,12 +76,10 @@ class MambaSpikeRunConfig(RunConfig):
                                   f"(None: {self._default_text(name)}); fix it in the "
                                   "parameters cell.")
         self._check_framing()
-        if self.denoise_us is not None and self.denoise_us < 0:
-            raise ConfigError(f"DENOISE_US={self.denoise_us!r} must be >= 0 (0 or None: no "
-                              "denoising); e.g. DENOISE_US = 10000 as the official code.")
-        if self.weight_decay < 0:
-            raise ConfigError(f"WEIGHT_DECAY={self.weight_decay!r} must be >= 0; e.g. "
-                              "WEIGHT_DECAY = 1e-4 as the official code.")
+        self._non_negative("denoise_us", self.denoise_us, " (0 or None: no denoising); e.g. "
+                           "DENOISE_US = 10000 as the official code.")
+        self._non_negative("weight_decay", self.weight_decay,
+                           "; e.g. WEIGHT_DECAY = 1e-4 as the official code.")
         if self.clip_grad is not None:
             self._positive("clip_grad", self.clip_grad)
 

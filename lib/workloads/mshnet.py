@@ -61,9 +61,8 @@ class MSHNetRunConfig(RunConfig):
                     f"{name.upper()}={value!r} must be a multiple of 16 that is >= 16 (MSHNet "
                     f"pools four times); e.g. {name.upper()} = 256 as the paper, or None."
                 )
-        if self.warm_epochs < 0:
-            raise ConfigError(f"WARM_EPOCHS={self.warm_epochs!r} must be >= 0 (0: no warm-up); "
-                              "e.g. WARM_EPOCHS = 5 as the paper.")
+        self._non_negative("warm_epochs", self.warm_epochs,
+                           " (0: no warm-up); e.g. WARM_EPOCHS = 5 as the paper.")
 
     def image_sizes(self) -> tuple[int, int]:
         """(base_size, crop_size) in pixels, the parameters or their defaults."""

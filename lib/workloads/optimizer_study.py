@@ -64,12 +64,9 @@ class OptimizerStudyConfig(RunConfig):
         if not 0.0 <= self.label_noise <= 1.0:
             raise ConfigError(f"LABEL_NOISE={self.label_noise!r} is outside [0, 1]; it is the "
                               "share of training labels replaced, e.g. LABEL_NOISE = 0.2.")
-        if self.weight_decay is not None and self.weight_decay < 0:
-            raise ConfigError(f"WEIGHT_DECAY={self.weight_decay!r} must be >= 0, or None for "
-                              "each optimizer's default.")
-        if self.warmup_epochs < 0:
-            raise ConfigError(f"WARMUP_EPOCHS={self.warmup_epochs!r} must be >= 0; e.g. "
-                              "WARMUP_EPOCHS = 5.")
+        self._non_negative("weight_decay", self.weight_decay,
+                           ", or None for each optimizer's default.")
+        self._non_negative("warmup_epochs", self.warmup_epochs, "; e.g. WARMUP_EPOCHS = 5.")
         self.optimizers = [self._named("optimizers", o, check_optimizer_name)
                            for o in self.optimizers]
         if self.optimizer is not None:
