@@ -264,18 +264,23 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
     n_train = _batch_limit(train_loader, max_batches)
     progress = run.progress(total=(epochs - start_epoch) * n_train - start_batch)
     last_save = [time.monotonic()]
+    epoch_lr = [None]
 
     def on_step(batch_done: int, loss_sum, seen: int) -> None:
         progress.update(1)
         due = time.monotonic() - last_save[0] >= checkpoint_minutes * 60
         if due and batch_done < n_train and dist.world_size == 1:
-            part = {"loss_sum": float(loss_sum), "seen": seen}
+            part = {"loss_sum": float(loss_sum), "seen": seen, "lr": epoch_lr[0]}
             run.save(_state(task, backend, history, best, part), epoch, batch_done)
             last_save[0] = time.monotonic()
 
     for epoch in range(start_epoch, epochs):
         t0 = time.perf_counter()
-        record = {"epoch": epoch + 1, "lr": task.optimizer.param_groups[0]["lr"]}
+        # The lr the epoch started with: after a mid-epoch resume, a per-step schedule has
+        # moved on, so it comes from the checkpoint.
+        lr = partial["lr"] if partial and "lr" in partial else task.optimizer.param_groups[0]["lr"]
+        epoch_lr[0] = lr
+        record = {"epoch": epoch + 1, "lr": lr}
         record.update(train_one_epoch(task, train_loader, backend, epoch, start_batch=start_batch,
                                       max_batches=max_batches, partial=partial, on_step=on_step))
         train_seconds = time.perf_counter() - t0

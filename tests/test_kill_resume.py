@@ -1,6 +1,7 @@
 """SIGKILL a notebook's training at seeded moments (20 times for the quickstart, 8 for each of
-the other workloads, 36 per run of the suite); it must end exactly where an uninterrupted run
-ends: same weights, same metrics.jsonl, no duplicated or missing epochs.
+Mamba-Spike and MSHNet, 4 across a two-run optimizer study: 40 per run of the suite); it must
+end exactly where an uninterrupted run ends: same weights, same metrics.jsonl (and for the
+study the same results.csv), no duplicated or missing epochs.
 
 The kills land at failpoints (mid-step, mid-evaluation, mid-checkpoint-write), at arbitrary
 moments shortly after one, and at start-up (tests/fault_harness.py, lib/faults.py). Each kill
@@ -16,6 +17,7 @@ import pytest
 import torch
 
 from lib.metrics import read_jsonl
+from lib.study import read_results
 from tests.fault_harness import (
     kill_points,
     notebook_script,
@@ -80,6 +82,45 @@ def test_killed_and_restarted_run_equals_an_uninterrupted_one(workload, tmp_path
         assert torch.equal(a["model"][key], b["model"][key]), f"{key}: {replay}"
     assert not list((tmp_path / "killed" / "checkpoints").glob(".*.tmp"))
     assert len(outcome.kills) == required, replay
+
+
+# The optimizer study: a grid of two runs (ResNet-18, batch 8); kills land inside either run,
+# and between a run's last checkpoint and its DONE.json.
+STUDY = (dict(EPOCHS=2, SMOKE_BATCHES=2, BATCH_SIZE=8, OPTIMIZERS=["adamw"], SEEDS=[0, 1]), 4)
+
+
+def test_the_study_grid_is_long_enough_for_its_kills():
+    extra, required = STUDY
+    runs = len(extra["OPTIMIZERS"]) * len(extra["SEEDS"])
+    steps = runs * extra["EPOCHS"] * extra["SMOKE_BATCHES"]
+    assert steps >= steps_needed(required, extra["SMOKE_BATCHES"]), extra
+
+
+def test_a_killed_and_restarted_study_equals_an_uninterrupted_one(tmp_path):
+    """Every run of the grid ends with the weights, history and results.csv row of the
+    uninterrupted study (wall time aside), each run trained once to the end."""
+    extra, required = STUDY
+    for name in ("clean", "killed"):
+        script = notebook_script("optimizer_study", params("", tmp_path, name, extra),
+                                 tmp_path / f"{name}.py")
+        points = kill_points(f"{SEED}:optimizer_study") if name == "killed" else ()
+        outcome = run_with_kills(script, points, kills=required if points else 0)
+    replay = f"replay with TA_FAULT_SEED={SEED}; kills {outcome.kills}"
+    assert not outcome.finished_early and len(outcome.kills) == required, replay
+
+    clean, killed = (read_results(tmp_path / n / "results.csv") for n in ("clean", "killed"))
+    assert len(clean) == 2
+    assert [dict(r, wall_time_s=0) for r in killed] == [dict(r, wall_time_s=0) for r in clean]
+    for row in clean:
+        a, b = (tmp_path / n / row["run"] for n in ("clean", "killed"))
+        history = read_jsonl(b / "metrics.jsonl")
+        assert [r["epoch"] for r in history] == [1, 2], replay
+        assert strip_timing(history) == strip_timing(read_jsonl(a / "metrics.jsonl")), replay
+        (name_a, sa), (name_b, sb) = final_state(a), final_state(b)
+        assert name_a == name_b, replay
+        for key in sa["model"]:
+            assert torch.equal(sa["model"][key], sb["model"][key]), f"{key}: {replay}"
+        assert not list((b / "checkpoints").glob(".*.tmp"))
 
 
 def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_path):

@@ -34,11 +34,14 @@ class Noisy(torch.utils.data.Dataset):
         return self.x[i] + 0.1 * torch.randn(8), self.y[i]
 
 
-def make_task(init_seed=0, interrupt_after=None):
+def make_task(init_seed=0, interrupt_after=None, per_step=False):
     torch.manual_seed(init_seed)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.8)
+    if per_step:  # the lr moves every batch (warm-up + cosine in the optimizer study)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 / (1 + step))
+    else:
+        sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.8)
     calls = {"n": 0}
 
     def loss_fn(out, y):
@@ -48,7 +51,8 @@ def make_task(init_seed=0, interrupt_after=None):
                 raise KeyboardInterrupt("killed")
         return nn.functional.cross_entropy(out, y)
 
-    return Task(model, loss_fn, opt, metrics=lambda: [Accuracy()], scheduler=sched)
+    return Task(model, loss_fn, opt, metrics=lambda: [Accuracy()], scheduler=sched,
+                scheduler_interval="step" if per_step else "epoch")
 
 
 def loaders(seed=3, choice=CPU):
@@ -97,13 +101,18 @@ def test_resume_at_an_epoch_boundary_gives_the_uninterrupted_numbers(tmp_path):
     assert strip(read_jsonl(tmp_path / "b" / "metrics.jsonl")) == strip(h_straight)
 
 
-def test_resume_in_the_middle_of_an_epoch_gives_the_uninterrupted_numbers(tmp_path):
-    straight, h_straight = train(tmp_path / "a", 2)
+@pytest.mark.parametrize("per_step", [False, True], ids=["lr-per-epoch", "lr-per-step"])
+def test_resume_in_the_middle_of_an_epoch_gives_the_uninterrupted_numbers(tmp_path, per_step):
+    """Also the epoch's recorded lr: the one it started with, though a per-step schedule has
+    moved on by the time of the mid-epoch checkpoint."""
+    straight, h_straight = train(tmp_path / "a", 2, task=make_task(per_step=per_step))
     with pytest.raises(KeyboardInterrupt):  # killed at step 9 of 12, saving every step
-        train(tmp_path / "b", 2, task=make_task(interrupt_after=8), minutes=1e-9)
+        train(tmp_path / "b", 2, task=make_task(interrupt_after=8, per_step=per_step),
+              minutes=1e-9)
     ckpt = sorted((tmp_path / "b" / "checkpoints").glob("ckpt-*"))[-1].name
     assert ckpt == "ckpt-e0001-b000002.pt"  # epoch 2 (index 1), two batches done
-    resumed, h_resumed = train(tmp_path / "b", 2, task=make_task(init_seed=7))
+    resumed, h_resumed = train(tmp_path / "b", 2, task=make_task(init_seed=7, per_step=per_step))
+    assert h_straight[1]["lr"] == pytest.approx(0.1 / (7 if per_step else 1.25))
     assert strip(h_resumed) == strip(h_straight)
     for p, q in zip(straight.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(p, q)
