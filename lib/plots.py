@@ -37,7 +37,8 @@ def image_grid(images, titles: list[str], path: Path | None = None, cols: int = 
         ax.axis("off")
     for ax, img, title in zip(axes.flat, images, titles, strict=False):
         img = img.detach().cpu()
-        ax.imshow(img[0] if img.shape[0] == 1 else img.permute(1, 2, 0).clamp(0, 1), cmap=cmap)
+        shown = img[0] if img.shape[0] == 1 else img.permute(1, 2, 0).clamp(0, 1)
+        ax.imshow(shown.numpy(), cmap=cmap)  # numpy: matplotlib's copy=False would warn
         ax.set_title(title, fontsize=8)
     fig.tight_layout()
     if path is not None:
@@ -48,6 +49,7 @@ def image_grid(images, titles: list[str], path: Path | None = None, cols: int = 
 def confusion_matrix(matrix, classes, path: Path | None = None):
     """Heat map of a (K, K) count matrix, rows = true class, columns = prediction."""
     k = len(classes)
+    matrix = matrix.numpy() if hasattr(matrix, "numpy") else matrix  # a torch tensor
     fig, ax = plt.subplots(figsize=(1 + 0.5 * k, 1 + 0.5 * k))
     ax.imshow(matrix, cmap="Blues")
     ax.set(xticks=range(k), yticks=range(k), xlabel="predicted", ylabel="true")
