@@ -1,6 +1,6 @@
 """`python -m bench` (`make bench`): run every benchmark and write BENCHMARKS.md.
 
-    python -m bench               # the default suite: about 10 minutes on 2 CPU cores
+    python -m bench               # the default suite: about 15 minutes on 2 CPU cores
     python -m bench --notebooks   # also execute every notebook in smoke mode (minutes more)
     python -m bench --notebooks fashion_mnist   # ... only that workload's notebooks
     python -m bench --quick       # tiny sizes: proves the suite runs; the numbers mean little
@@ -31,7 +31,7 @@ EXTERNAL = {"scan": ("bench_scan", "Mamba selective scan: parallel vs sequential
             "seg": ("bench_seg", "MSHNet SLS loss and metrics: vectorised vs per-sample")}
 # (default, --quick) keyword arguments of each section's run().
 SIZES = {
-    "loop": (dict(steps=30, repeats=3), dict(steps=2, repeats=1)),
+    "loop": (dict(steps=bench_loop.STEPS, repeats=3), dict(steps=2, repeats=1)),
     "pipeline": (dict(n_batches=4, steps=2), dict(workloads=["fashion_mnist"], n_batches=1,
                                                   steps=1, framing_repeats=1)),
     "xla": (dict(steps=10, batch=32, epochs=3), dict(steps=2, batch=16, epochs=2)),

@@ -162,14 +162,16 @@ def test_the_cache_holds_sparse_frames_that_read_back_exactly(data_dir):
     train, _, _ = build_event_datasets("nmnist", data_dir, sample=True, n_time_bins=300)
     frames, _ = train[3]  # framed now and cached
     with h5py.File(cache_file(train, 3)) as f:
-        stored = {k: f[f"data/0/{k}"][()] for k in f["data/0"]}
-    assert stored["shape"].tolist() == [300, 2, 34, 34]
-    assert len(stored["index"]) == int((frames != 0).sum()) < 0.02 * frames.numel()
+        stored = f["data/0"][()]
+    assert stored.ndim == 1 and stored[:5].tolist() == [4, 300, 2, 34, 34]
+    assert len(stored) - 5 == int((frames != 0).sum()) < 0.02 * frames.numel()
     fresh = train.dataset[3][0]  # the uncached path: events -> frames -> SparseFrames
     assert torch.equal(dense_frames(fresh), frames) and torch.equal(train[3][0], frames)
     raw = frames.numpy().astype(np.int16)
     assert torch.equal(FramesToTensor()(raw), frames)  # a dense cache entry still loads
     assert torch.equal(dense_frames(SparseFrames()(raw)), frames)
+    with pytest.raises(ValueError, match=r"counts per bin must be in \[0, 65535\]"):
+        SparseFrames()(np.full((1, 2, 1, 1), 70_000))
 
 
 def test_frame_picture_colours_polarities():
