@@ -78,7 +78,7 @@ def test_event_framing_cold_and_cached(tmp_path):
     one = tmp_path / "events2000" / "sample" / "NMNIST" / "Train" / "0" / "00000.bin"
     assert one.stat().st_size == 5 * 2000
     text = bench_pipeline.report({"rows": [], "missing": [], "framing": res})
-    assert "| 2,000 |" in text or "| 2000 |" in text
+    assert "| 2,000 | 40 |" in text and f"{res['target']:.0f}x" in text
 
 
 def test_xla_section_without_the_environment_says_not_measured(tmp_path):

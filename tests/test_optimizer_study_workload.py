@@ -9,7 +9,6 @@ from lib import session
 from lib.config import ConfigError
 from lib.models.resnet import count_parameters
 from lib.platforms import PLATFORMS
-from lib.study import RunSpec
 from lib.workloads.optimizer_study import (
     OptimizerStudyConfig,
     build_task,
@@ -110,12 +109,6 @@ def test_task_is_resnet18_with_warmup_then_cosine_per_step(tmp_path):
     assert all(x > y for x, y in zip(lrs[5:], lrs[6:], strict=False))  # then cosine down
     # the last of 20 steps: cosine at 14/15 of its 15 steps
     assert lrs[-1] == pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * 14 / 15)))
-
-
-def test_run_spec_folder_names_are_what_the_workload_writes(tmp_path):
-    s = session.start(make(OUT_DIR=str(tmp_path)), announce=False)
-    spec = RunSpec("cifar10", "radam", 2, 0.2)
-    assert run_session(s, spec).out_dir == tmp_path / "cifar10-radam-seed2-sym0.2"
 
 
 def test_study_eta_adds_up_the_runs_left_and_warns_past_the_session():

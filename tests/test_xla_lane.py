@@ -11,11 +11,11 @@ import torch
 pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
-from lib import xla  # noqa: E402
 from lib.data import fashion  # noqa: E402
 from lib.metrics import read_jsonl  # noqa: E402
 from lib.models.cnn import CNN, CNNConfig  # noqa: E402
 from tests.notebook_run import execute, stream_text  # noqa: E402
+from tests.xla_checks import compiles_per_epoch, cpu_and_xla_outputs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,24 +42,14 @@ def test_the_tpu_notebook_really_ran_on_xla(tpu_run):
 
 def test_compilations_stop_after_the_first_epoch(tpu_run):
     tmp, _ = tpu_run
-    compiles = [r["xla_compiles"] for r in read_jsonl(tmp / "run" / "metrics.jsonl")]
-    assert compiles[0] > 0
-    assert compiles[1] == compiles[0] and compiles[2] == compiles[0], compiles
+    assert len(compiles_per_epoch(tmp / "run" / "metrics.jsonl")) == 3
 
 
 def test_an_xla_checkpoint_gives_the_same_predictions_on_a_plain_cpu(tpu_run):
     tmp, _ = tpu_run
-    state = torch.load(tmp / "run" / "checkpoints" / "best.pt", map_location="cpu",
-                       weights_only=True)
     images = torch.stack([fashion.load(tmp / "data" / "sample", False)[i][0] for i in range(64)])
-    cpu_model, xla_model = CNN(CNNConfig()), CNN(CNNConfig())
-    cpu_model.load_state_dict(state["model"])
-    xla_model.load_state_dict(state["model"])
-    cpu_model.eval()
-    xla_model.eval().to(xla.device())
-    with torch.no_grad():
-        on_cpu = cpu_model(images)
-        on_xla = xla_model(images.to(xla.device())).cpu()
+    on_cpu, on_xla = cpu_and_xla_outputs(lambda c: CNN(CNNConfig(**c)),
+                                         tmp / "run" / "checkpoints" / "best.pt", images)
     assert torch.equal(on_cpu.argmax(1), on_xla.argmax(1))
     torch.testing.assert_close(on_xla, on_cpu, rtol=1e-4, atol=1e-4)
 

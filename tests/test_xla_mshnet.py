@@ -9,11 +9,11 @@ import torch
 pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
-from lib import xla  # noqa: E402
 from lib.data.irstd import build_irstd_datasets  # noqa: E402
 from lib.metrics import read_jsonl  # noqa: E402
 from lib.models.mshnet import MSHNet, MSHNetConfig  # noqa: E402
 from tests.notebook_run import execute, stream_text  # noqa: E402
+from tests.xla_checks import compiles_per_epoch, cpu_and_xla_outputs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -41,27 +41,17 @@ def test_the_tpu_notebook_really_ran_on_xla_in_bf16(tpu_run):
 def test_compilations_stop_after_the_first_epoch(tpu_run):
     """Static shapes: the training step, the evaluation and the metrics compile once."""
     tmp, _ = tpu_run
-    compiles = [r["xla_compiles"] for r in read_jsonl(tmp / "run" / "metrics.jsonl")]
-    assert compiles[0] > 0
-    assert compiles[1] == compiles[0] and compiles[2] == compiles[0], compiles
+    assert len(compiles_per_epoch(tmp / "run" / "metrics.jsonl")) == 3
 
 
 def test_an_xla_checkpoint_gives_the_same_predictions_on_a_plain_cpu(tpu_run):
     """Same masks; logits equal up to float32 rounding, relative to their size (after six
     Adagrad steps, whose first moves every weight by lr, they are ~1e7 in eval mode)."""
     tmp, _ = tpu_run
-    state = torch.load(tmp / "run" / "checkpoints" / "best.pt", map_location="cpu",
-                       weights_only=True)
     _, test_set, _ = build_irstd_datasets(tmp / "data", True, 64, 64)
     images = torch.stack([test_set[i][0] for i in range(4)])
-    cpu_model = MSHNet(MSHNetConfig(**state["model_config"]))
-    xla_model = MSHNet(MSHNetConfig(**state["model_config"]))
-    for model in (cpu_model, xla_model):
-        model.load_state_dict(state["model"])
-        model.eval()
-    xla_model.to(xla.device())
-    with torch.no_grad():
-        on_cpu = cpu_model(images)[0]
-        on_xla = xla_model(images.to(xla.device()))[0].cpu()
+    (on_cpu, _), (on_xla, _) = cpu_and_xla_outputs(lambda c: MSHNet(MSHNetConfig(**c)),
+                                                   tmp / "run" / "checkpoints" / "best.pt",
+                                                   images)
     assert torch.equal(on_xla > 0, on_cpu > 0)
     assert (on_xla - on_cpu).abs().max() <= 1e-2 * on_cpu.abs().max()

@@ -9,12 +9,12 @@ import torch
 pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
-from lib import xla  # noqa: E402
 from lib.data.cifar import build_cifar_datasets  # noqa: E402
 from lib.metrics import read_jsonl  # noqa: E402
 from lib.models.resnet import CifarResNet18, ResNetConfig  # noqa: E402
 from lib.study import read_results  # noqa: E402
 from tests.notebook_run import execute, stream_text  # noqa: E402
+from tests.xla_checks import compiles_per_epoch, cpu_and_xla_outputs  # noqa: E402
 
 RUN = "cifar10-adamw-seed0-sym0.2"
 
@@ -47,25 +47,14 @@ def test_the_tpu_study_really_ran_on_xla_in_bf16(tpu_run):
 def test_compilations_stop_after_the_first_epoch(tpu_run):
     """Static shapes and the lr as device data: step, evaluation and metrics compile once."""
     tmp, _ = tpu_run
-    compiles = [r["xla_compiles"] for r in read_jsonl(tmp / "study" / RUN / "metrics.jsonl")]
-    assert compiles[0] > 0
-    assert compiles[1] == compiles[0] and compiles[2] == compiles[0], compiles
+    assert len(compiles_per_epoch(tmp / "study" / RUN / "metrics.jsonl")) == 3
 
 
 def test_an_xla_checkpoint_gives_the_same_predictions_on_a_plain_cpu(tpu_run):
     tmp, _ = tpu_run
-    state = torch.load(tmp / "study" / RUN / "checkpoints" / "best.pt", map_location="cpu",
-                       weights_only=True)
     _, test_set, _ = build_cifar_datasets("cifar10", tmp / "data", True)
     images = torch.stack([test_set[i][0] for i in range(16)])
-    cpu_model = CifarResNet18(ResNetConfig(**state["model_config"]))
-    xla_model = CifarResNet18(ResNetConfig(**state["model_config"]))
-    for model in (cpu_model, xla_model):
-        model.load_state_dict(state["model"])
-        model.eval()
-    xla_model.to(xla.device())
-    with torch.no_grad():
-        on_cpu = cpu_model(images)
-        on_xla = xla_model(images.to(xla.device())).cpu()
+    on_cpu, on_xla = cpu_and_xla_outputs(lambda c: CifarResNet18(ResNetConfig(**c)),
+                                         tmp / "study" / RUN / "checkpoints" / "best.pt", images)
     assert torch.equal(on_xla.argmax(1), on_cpu.argmax(1))
     assert (on_xla - on_cpu).abs().max() <= 1e-3 * max(1.0, on_cpu.abs().max().item())

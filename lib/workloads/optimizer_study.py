@@ -164,6 +164,8 @@ def run_grid(s: Session) -> list[dict]:
         lr, weight_decay = s.cfg.hparams(spec.optimizer)
         print(f"{head}: {'resuming' if status == 'partial' else 'training'} "
               f"(lr {lr:g}, weight decay {weight_decay:g})")
+        # read here: `train` may run in other processes (launch); a second load of the
+        # training labels is cheap next to a run
         realised = datasets(rs)[2]["realised_noise"]
         history = launch(train, rs)
         if s.dist.main:
