@@ -64,7 +64,7 @@ def _cases() -> list[StepCase]:
                  lambda p: torch.optim.Adagrad(p, lr=0.05)),
         StepCase("mamba_spike N-MNIST T=300", "mamba_spike",
                  lambda: MambaSpike(MambaSpikeConfig.preset("nmnist")),
-                 lambda n: ((torch.rand(n, 300, 2, 34, 34) > 0.97).float(), labels(n)),
+                 lambda n: ((torch.rand(n, 300, 2, 34, 34) > 0.97).to(torch.uint8), labels(n)),
                  F.cross_entropy, lambda p: torch.optim.AdamW(p, lr=1e-3)),
     ]
 

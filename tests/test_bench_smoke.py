@@ -68,17 +68,17 @@ def test_time_steps_times_every_step_after_the_warm_up():
 
 
 def test_event_framing_cold_and_cached(tmp_path):
-    res = bench_pipeline.framing(tmp_path, repeats=1, counts=(300, 2000))
+    res = bench_pipeline.framing(tmp_path, repeats=1, counts=(300, 2000), batch=16)
     assert [r["events"] for r in res["rows"]] == [300, 2000]
     for row in res["rows"]:
-        assert row["recordings"] == 40
+        assert row["recordings"] == 40 and row["batch"] == 16
         assert positive(row["cold_ms"]) and positive(row["cached_ms"])
         assert row["speedup"] == pytest.approx(row["cold_ms"] / row["cached_ms"])
     # the recordings really have the asked-for number of events (before Denoise)
     one = tmp_path / "events2000" / "sample" / "NMNIST" / "Train" / "0" / "00000.bin"
     assert one.stat().st_size == 5 * 2000
     text = bench_pipeline.report({"rows": [], "missing": [], "framing": res})
-    assert "| 2,000 | 40 |" in text and f"{res['target']:.0f}x" in text
+    assert "| 2,000 | 40 | 16 |" in text and f"{res['target']:.0f}x" in text
 
 
 def test_xla_section_without_the_environment_says_not_measured(tmp_path):

@@ -11,7 +11,6 @@ import torch
 
 from lib.data import events_sample
 from lib.data.events import (
-    PAD_COLLATE,
     FramesToTensor,
     SparseFrames,
     build_event_datasets,
@@ -21,6 +20,7 @@ from lib.data.events import (
     frame_hw,
     frame_picture,
     load_events,
+    pad_collate,
 )
 
 
@@ -58,7 +58,7 @@ def test_sample_frames_shape_content_and_cache(name, data_dir):
     h, w = frame_hw(name, FRAMING[name].get("downsample", 1))
     first = [train[i] for i in range(len(train))]
     for frames, label in first:
-        assert frames.shape == (info["T"], 2, h, w) and frames.dtype == torch.float32
+        assert frames.shape == (info["T"], 2, h, w) and frames.dtype == torch.uint8
         assert frames.sum() > 50 and isinstance(label, int)
     assert sorted({label for _, label in first}) == list(range(n_classes))
     # The second read must come from the HDF5 cache: remove the recordings and read again.
@@ -78,7 +78,7 @@ def test_samples_are_learnable_by_position(name, data_dir):
 
     def flat(ds):
         xs, ys = zip(*(ds[i] for i in range(len(ds))), strict=True)
-        return torch.stack([x.sum(0).flatten() for x in xs]), torch.tensor(ys)
+        return torch.stack([x.sum(0).flatten().float() for x in xs]), torch.tensor(ys)
 
     (xtr, ytr), (xte, yte) = flat(train), flat(test)
     means = torch.stack([xtr[ytr == c].mean(0) for c in range(int(ytr.max()) + 1)])
@@ -140,7 +140,7 @@ def test_cifar10dvs_split_is_seeded_disjoint_and_90_10(data_dir):
 
 def test_dt_framing_gives_true_bins_and_fixed_t_pads_or_crops(data_dir):
     train, _, info = build_event_datasets("nmnist", data_dir, sample=True, dt_us=50_000)
-    assert info["T"] is None and collate_fn(info) is PAD_COLLATE
+    assert info["T"] is None and collate_fn(info) is pad_collate
     frames, _ = train[0]
     assert frames.shape[0] == 6  # 300 ms of events in 50 ms bins
     fixed, _, info = build_event_datasets("nmnist", data_dir, sample=True, dt_us=50_000,
@@ -149,8 +149,9 @@ def test_dt_framing_gives_true_bins_and_fixed_t_pads_or_crops(data_dir):
     x = fixed[0][0]
     assert x.shape[0] == 8 and torch.equal(x[:6], frames) and x[6:].sum() == 0
     assert torch.equal(FramesToTensor(4)(frames.numpy()), frames[:4])
-    batch, labels = PAD_COLLATE([(frames[:3], 1), (frames, 2)])
-    assert batch.shape == (2, 6, 2, 34, 34) and batch[0, 3:].sum() == 0
+    batch, labels = pad_collate([(frames[:3], 1), (frames, 2)])
+    assert batch.shape == (2, 6, 2, 34, 34) and batch.dtype == torch.uint8
+    assert torch.equal(batch[0, :3], frames[:3]) and batch[0, 3:].sum() == 0
     assert labels.tolist() == [1, 2]
 
 
@@ -172,6 +173,34 @@ def test_the_cache_holds_sparse_frames_that_read_back_exactly(data_dir):
     assert torch.equal(dense_frames(SparseFrames()(raw)), frames)
     with pytest.raises(ValueError, match=r"counts per bin must be in \[0, 65535\]"):
         SparseFrames()(np.full((1, 2, 1, 1), 70_000))
+
+
+def test_the_fast_cache_read_gives_what_tonics_reader_gives_and_reframes_a_corrupt_file(
+        data_dir):
+    """EventCache reads tonic's files itself; the result must be tonic's, and a cache file it
+    cannot read (cut short by a full disk, say) is framed and written again, not an error."""
+    from tonic.cached_dataset import load_from_disk_cache
+
+    train, _, _ = build_event_datasets("nmnist", data_dir, sample=True, n_time_bins=30)
+    assert isinstance(train, tonic.DiskCachedDataset)
+    frames, label = train[5]  # framed and cached by tonic's own path
+    data, target = load_from_disk_cache(str(cache_file(train, 5)))
+    again, label_again = train[5]  # read by EventCache
+    assert torch.equal(again, FramesToTensor()(data)) and label_again == int(target) == label
+    good = cache_file(train, 5).read_bytes()
+    cache_file(train, 5).write_bytes(good[: len(good) // 2])
+    assert torch.equal(train[5][0], frames)
+    assert cache_file(train, 5).read_bytes() == good
+
+
+def test_counts_above_255_are_clipped_with_a_warning():
+    frames = np.zeros((2, 2, 3, 3), dtype=np.int16)
+    frames[0, 0, 1, 1], frames[1, 1, 2, 0] = 300, 7
+    for packed in (SparseFrames()(frames), frames):
+        with pytest.warns(UserWarning, match="300 events in one time bin.*clipped to 255"):
+            x = dense_frames(packed)
+        assert x.dtype == torch.uint8 and x[0, 0, 1, 1] == 255 and x[1, 1, 2, 0] == 7
+        assert int(x.sum()) == 262
 
 
 def test_frame_picture_colours_polarities():

@@ -130,3 +130,13 @@ def test_firing_rates_report_each_layer():
     assert sorted(stats) == sorted(f"layer{i}_{k}" for i in (1, 2, 3) for k in ("rate", "silent"))
     assert all(0.0 <= v <= 1.0 for v in stats.values())
     assert stats["layer1_rate"] > 0
+
+
+def test_uint8_event_counts_give_the_same_logits_as_float_frames():
+    """The data hands the model uint8 counts; it casts them itself, to its weights' dtype."""
+    torch.manual_seed(0)
+    model = MambaSpike(MambaSpikeConfig.preset("nmnist")).eval()
+    counts = torch.randint(0, 4, (2, 5, 2, 34, 34), dtype=torch.uint8)
+    with torch.no_grad():
+        assert torch.equal(model(counts), model(counts.float()))
+    assert firing_rates(model, counts) == firing_rates(model, counts.float())

@@ -151,7 +151,11 @@ class SpikingFrontEnd(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, return_all: bool = False):
-        """(B, T, 2, H, W) -> spikes (B, T, C_s, H/4, W/4); with return_all, every layer's."""
+        """(B, T, 2, H, W) -> spikes (B, T, C_s, H/4, W/4); with return_all, every layer's.
+
+        Integer frames (the data's uint8 event counts) become float here, on the device."""
+        if not x.is_floating_point():
+            x = x.to(self.layers[0].conv.weight.dtype)
         outs = []
         for layer in self.layers:
             x = layer(x)

@@ -21,11 +21,11 @@ from lib.config import ConfigError, RunConfig
 from lib.data.events import (
     NAMES,
     OFFICIAL_TIME_BINS,
-    PAD_COLLATE,
     build_event_datasets,
     collate_fn,
     frame_hw,
     frame_picture,
+    pad_collate,
     warm_cache,
 )
 from lib.distributed import Dist
@@ -229,7 +229,7 @@ def time_strip(frames: torch.Tensor, n: int = 8, path: Path | None = None):
 def spike_statistics(model: MambaSpike, dataset, device: torch.device, n: int = 16) -> dict:
     """Per front-end layer: mean spikes per neuron per step and share of silent neurons, over
     the first `n` test recordings (zero-padded to the longest)."""
-    batch, _ = PAD_COLLATE([dataset[i] for i in range(min(n, len(dataset)))])
+    batch, _ = pad_collate([dataset[i] for i in range(min(n, len(dataset)))])
     model.eval()
     return firing_rates(model, batch.to(device))
 
