@@ -1,7 +1,7 @@
 """`python -m bench` (`make bench`): run every benchmark and write BENCHMARKS.md.
 
-    python -m bench               # the default suite: about 15 minutes on 2 CPU cores
-    python -m bench --notebooks   # also execute every notebook in smoke mode (minutes more)
+    python -m bench               # the default suite: about 25 minutes on 2 CPU cores
+    python -m bench --notebooks   # also execute every notebook in smoke mode (~40 min more)
     python -m bench --notebooks fashion_mnist   # ... only that workload's notebooks
     python -m bench --quick       # tiny sizes: proves the suite runs; the numbers mean little
     python -m bench --only loop pipeline --out B.md
@@ -31,7 +31,7 @@ EXTERNAL = {"scan": ("bench_scan", "Mamba selective scan: parallel vs sequential
             "seg": ("bench_seg", "MSHNet SLS loss and metrics: vectorised vs per-sample")}
 # (default, --quick) keyword arguments of each section's run().
 SIZES = {
-    "loop": (dict(steps=bench_loop.STEPS, repeats=3), dict(steps=2, repeats=1)),
+    "loop": (dict(steps=bench_loop.STEPS, repeats=bench_loop.REPEATS), dict(steps=2, repeats=1)),
     "pipeline": (dict(n_batches=4, steps=2), dict(workloads=["fashion_mnist"], n_batches=1,
                                                   steps=1, framing_repeats=1)),
     "xla": (dict(steps=10, batch=32, epochs=3), dict(steps=2, batch=16, epochs=2)),
@@ -94,8 +94,10 @@ def summary(results: dict) -> list[str]:
     for row in results.get("loop", {}).get("rows", []):
         if row["variant"] != "bare":
             ok = "meets" if row["ratio"] >= 0.97 else "BELOW"
+            spread = f"{min(row['pair_ratios']):.2f}-{max(row['pair_ratios']):.2f}"
             lines.append(f"- {row['device']}, {row['variant']}: {row['ratio']:.3f} of the bare "
-                         f"loop's samples/s ({ok} the 0.97 target; by CPU time "
+                         f"loop's samples/s ({ok} the 0.97 target; median of "
+                         f"{len(row['pair_ratios'])} repeats, {spread}; by CPU time "
                          f"{row['cpu_ratio']:.2f})")
     frames = results.get("pipeline", {}).get("framing")
     for row in frames["rows"] if frames else []:

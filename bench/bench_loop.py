@@ -1,6 +1,6 @@
 """Loop overhead: lib's `fit` against a bare PyTorch loop (same model, data, seed, batch size).
 
-Run: ``python -m bench.bench_loop [--steps 20 --repeats 3 --profile]``.
+Run: ``python -m bench.bench_loop [--steps 20 --repeats 5 --profile]``.
 
 The workload is the Fashion-MNIST notebook's: its CNN, Adadelta, StepLR and cross-entropy at
 batch 128, on the learnable sample written in the real IDX layout. An epoch here is a real
@@ -11,7 +11,7 @@ cost ~10% (0.89 measured), against a real one well under 1%. `--steps 30` still 
 
 Both sides are timed end to end (loaders built, every epoch trained and evaluated, the
 scheduler stepped); `fit` also draws its progress bar and logs (into a buffer). Variants run
-interleaved in rotating order; each is reported as the median over repeats.
+interleaved in rotating order; ratios are medians of the ratios within a repeat.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from lib.train import fit
 from lib.workloads.fashion_mnist import FashionConfig, build_task
 
 BATCH, STEPS, SEED = 128, 468, 1  # a real epoch: 60,000 // 128 steps
+REPEATS = 5  # run-to-run noise here is ~+-4%: five pairs put the median within ~2%
 VARIANTS = ("bare", "fit")
 PLATFORM_OF = {"cpu": "colab_t4", "cuda": "colab_t4", "mps": "local_mps"}
 
@@ -147,7 +148,13 @@ def loader_ms(train_set, batch: int, choice: DeviceChoice) -> list[dict]:
 
 
 def compare(choice: DeviceChoice, data, warm, batch: int, epochs: int, repeats: int) -> dict:
-    """Medians and ratios of every variant on one device (rotating order per repeat)."""
+    """Every variant once per repeat, in rotating order; a variant's ratio to the bare loop is
+    the median over repeats of its run against the bare run next to it in time.
+
+    On this shared machine a whole run gets up to ~5% faster or slower from one minute to the
+    next (CPU time moves with wall time, so it is not time stolen by other processes); the
+    two runs of a repeat see nearly the same machine, a ratio of medians across repeats
+    would not."""
     for variant in VARIANTS:  # imports (TensorBoard), allocator and caches warm up here
         one_run(variant, warm, batch, 1, choice)
     runs = {v: [] for v in VARIANTS}
@@ -155,15 +162,16 @@ def compare(choice: DeviceChoice, data, warm, batch: int, epochs: int, repeats: 
         order = VARIANTS[r % len(VARIANTS):] + VARIANTS[: r % len(VARIANTS)]
         for variant in order:
             runs[variant].append(one_run(variant, data, batch, epochs, choice))
-    rows = []
+    rows, base = [], runs[VARIANTS[0]]
     for variant in VARIANTS:
-        med = {k: median([x[k] for x in runs[variant]]) for k in runs[variant][0]}
+        mine = runs[variant]
+        med = {k: median([x[k] for x in mine]) for k in mine[0]}
+        pairs = [x["samples_per_s"] / b["samples_per_s"] for x, b in zip(mine, base, strict=True)]
         rows.append({"device": choice.type, "variant": variant, **med,
-                     "runs_samples_per_s": [x["samples_per_s"] for x in runs[variant]]})
-    base = rows[0]
-    for row in rows:
-        row["ratio"] = row["samples_per_s"] / base["samples_per_s"]
-        row["cpu_ratio"] = base["cpu_s"] / row["cpu_s"]
+                     "runs_samples_per_s": [x["samples_per_s"] for x in mine],
+                     "pair_ratios": pairs, "ratio": median(pairs),
+                     "cpu_ratio": median([b["cpu_s"] / x["cpu_s"]
+                                          for x, b in zip(mine, base, strict=True)])})
     return {"device": choice.type, "precision": choice.precision.name, "rows": rows}
 
 
@@ -172,7 +180,7 @@ def available_devices() -> list[str]:
     return ["cpu"] + (["cuda"] if p.cuda else []) + (["mps"] if p.mps else [])
 
 
-def run(steps: int = STEPS, batch: int = BATCH, epochs: int = 1, repeats: int = 3,
+def run(steps: int = STEPS, batch: int = BATCH, epochs: int = 1, repeats: int = REPEATS,
         devices: list[str] | None = None, folder: Path | None = None) -> dict:
     """Every variant on every device; rows carry samples/s and the ratio to the bare loop."""
     with tempfile.TemporaryDirectory(prefix="bench-loop-data-") as tmp:
@@ -188,15 +196,19 @@ def run(steps: int = STEPS, batch: int = BATCH, epochs: int = 1, repeats: int = 
 
 
 def report(res: dict, figure: str | None = None) -> str:
-    table = markdown_table(res["rows"], [
+    rows = [dict(r, pairs=" ".join(f"{x:.3f}" for x in r["pair_ratios"])) for r in res["rows"]]
+    table = markdown_table(rows, [
         ("device", "device"), ("variant", "loop"), ("samples_per_s", "samples/s (median)"),
-        ("ratio", "ratio to bare"), ("cpu_ratio", "ratio by CPU time"),
+        ("ratio", "ratio to bare"), ("pairs", "ratio in each repeat"),
+        ("cpu_ratio", "ratio by CPU time"),
         ("wall_s", "wall s"), ("test_accuracy", "test accuracy")])
     loaders = markdown_table(res["loaders"], [("loader", "loader (CPU, no step)"),
                                               ("ms_per_batch", "ms per batch")])
     text = [f"Fashion CNN, batch {res['batch']}, {res['steps']} steps + "
             f"{res['test_samples']} test images per epoch, {res['epochs']} epoch(s) per run, "
-            f"median of {res['repeats']} interleaved runs.", "", table, "", loaders]
+            f"{res['repeats']} repeats, each running every loop once (rotating order); "
+            "samples/s is the median over repeats, the ratio the median of the ratios within "
+            "a repeat.", "", table, "", loaders]
     if figure:
         text += ["", f"![loop overhead]({figure})"]
     return "\n".join(text)
@@ -234,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="fit vs a bare PyTorch loop")
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--batch", type=int, default=BATCH)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--profile", action="store_true", help="cProfile one fit run instead")
     args = parser.parse_args(argv)
     if args.profile:
