@@ -151,10 +151,10 @@ def compare(choice: DeviceChoice, data, warm, batch: int, epochs: int, repeats: 
     """Every variant once per repeat, in rotating order; a variant's ratio to the bare loop is
     the median over repeats of its run against the bare run next to it in time.
 
-    On this shared machine a whole run gets up to ~5% faster or slower from one minute to the
-    next (CPU time moves with wall time, so it is not time stolen by other processes); the
-    two runs of a repeat see nearly the same machine, a ratio of medians across repeats
-    would not."""
+    On a shared cloud machine (the 2-core CPU that wrote BENCHMARKS.md) a whole run gets up to
+    ~5% faster or slower from one minute to the next, CPU time with it (so it is not time
+    stolen by other processes). The two runs of a repeat see nearly the same machine; a
+    ratio of medians across repeats would not."""
     for variant in VARIANTS:  # imports (TensorBoard), allocator and caches warm up here
         one_run(variant, warm, batch, 1, choice)
     runs = {v: [] for v in VARIANTS}

@@ -166,8 +166,8 @@ def _read_entry(path: str):
             ds = h5py.h5d.open(fid, name)
             value = np.empty(ds.shape, dtype=ds.dtype)
             ds.read(h5py.h5s.ALL, h5py.h5s.ALL, value)
-            out.append(value if value.ndim else value[()])
-        return out
+            out.append(value if value.ndim else value[()])  # a 0-d label as a scalar
+        return tuple(out)
     finally:
         fid.close()
 
