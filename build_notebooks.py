@@ -96,18 +96,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPOSITORY, BRANCH = "{repository}", "{branch}"
+repository, branch = "{repository}", "{branch}"
 here = Path.cwd().resolve()
 root = next((p for p in (here, *here.parents) if (p / "lib" / "bootstrap.py").is_file()), None)
 if root is None:
-    root = here / REPOSITORY.split("/")[1]
+    root = here / repository.split("/")[1]
     if not root.exists():
-        subprocess.run(["git", "clone", "--depth", "1", "--branch", BRANCH,
-                        f"https://github.com/{{REPOSITORY}}.git", str(root)], check=True)
+        subprocess.run(["git", "clone", "--depth", "1", "--branch", branch,
+                        f"https://github.com/{{repository}}.git", str(root)], check=True)
 sys.path.insert(0, str(root))
 from lib.bootstrap import prepare
 
-RUNTIME = prepare("{platform}", root)'''
+prepare("{platform}", root)'''
 
 
 def _metadata(platform: Platform) -> dict:

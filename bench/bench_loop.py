@@ -94,7 +94,7 @@ def lib_fit(train_set, test_set, batch: int, epochs: int, seed: int, choice: Dev
     def go():
         train = make_loader(train_set, batch, choice, train=True, seed=seed)
         test = make_loader(test_set, batch, choice, train=False, seed=seed)
-        run = Run(out_dir, cfg.WORKLOAD, cfg.to_dict(), model_cfg, session_hours=12.0)
+        run = Run(out_dir, cfg.WORKLOAD, model_cfg, session_hours=12.0)
         history = fit(task, train, test, choice, run, epochs)
         run.close()
         return history[-1]["test_accuracy"]

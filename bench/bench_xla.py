@@ -51,7 +51,7 @@ def _fit_history(choice, root: Path, out: Path, batch: int, epochs: int) -> list
     task, model_cfg = build_task(cfg, choice.torch_device)
     train = make_loader(fashion.load(root, True, False), batch, choice, train=True, seed=0)
     test = make_loader(fashion.load(root, False, False), batch, choice, train=False, seed=0)
-    run = Run(out, cfg.WORKLOAD, cfg.to_dict(), model_cfg, tensorboard=False, progress=False)
+    run = Run(out, cfg.WORKLOAD, model_cfg, tensorboard=False, progress=False)
     return fit(task, train, test, choice, run, epochs)
 
 

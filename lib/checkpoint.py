@@ -9,21 +9,19 @@ moment leaves either the old or the new file, never half of one. Loading uses
 from __future__ import annotations
 
 import io
-import os
 import re
-import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from lib import faults
+from lib import atomic
+from lib.errors import CheckpointError
 
 FORMAT = 1
 _NAME = re.compile(r"^ckpt-e(\d+)-b(\d+)\.pt$")
 
 
-class CheckpointMismatch(ValueError):
+class CheckpointMismatch(CheckpointError):
     """The checkpoint in OUT_DIR belongs to a differently configured model."""
 
 
@@ -38,51 +36,35 @@ def to_cpu(obj):
     return obj
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # some filesystems (and Windows) cannot open a directory
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_save(obj, path: Path) -> None:
-    """torch.save to `path` so that a crash leaves the old file or the new one, whole."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+def atomic_save(obj, path: Path) -> bytes:
+    """torch.save to `path` so that a crash leaves the old file or the new one, whole; the
+    bytes written are returned (best.pt is the same bytes)."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    data = buffer.getbuffer()
-    with open(tmp, "wb") as f:
-        f.write(data[: len(data) // 2])
-        faults.point("checkpoint.write")
-        f.write(data[len(data) // 2 :])
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    data = buffer.getvalue()
+    atomic.write_bytes(Path(path), data, sync_dir=True, failpoint="checkpoint.write")
+    return data
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:160] if text else ''}"
+def reason(exc: BaseException) -> str:
+    """Why a file did not load, whole, in words a user can act on. torch's weights-only
+    refusal advises `weights_only=False` (running the file's code): never pass that on."""
+    text = " ".join(str(exc).split())
+    if "weights_only" in text or "Weights only load failed" in text:
+        return ("it holds Python objects beyond tensors and plain values, so it is not a "
+                "checkpoint this project wrote (loading it would run code from the file)")
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class Checkpoints:
     """The checkpoints of one run folder, for one workload and model configuration."""
 
     def __init__(self, directory: Path, workload: str, model_config: dict, keep: int = 2,
-                 after_write: Callable[[Path], None] | None = None, log=print) -> None:
+                 log=print) -> None:
         self.dir = Path(directory)
         self.workload = workload
         self.model_config = model_config
         self.keep = keep
-        self.after_write = after_write or (lambda path: None)
         self.log = log
 
     def paths(self) -> list[Path]:
@@ -99,13 +81,9 @@ class Checkpoints:
         state = to_cpu(dict(state, format=FORMAT, workload=self.workload,
                             model_config=self.model_config, position=[epoch, batch]))
         path = self.dir / f"ckpt-e{epoch:04d}-b{batch:06d}.pt"
-        atomic_save(state, path)
-        self.after_write(path)
+        data = atomic_save(state, path)
         if best:
-            tmp = self.dir / ".best.pt.tmp"
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, self.dir / "best.pt")
-            self.after_write(self.dir / "best.pt")
+            atomic.write_bytes(self.best_path, data, sync_dir=True)
         for old in self.paths()[self.keep:]:
             old.unlink(missing_ok=True)
         return path
@@ -124,23 +102,57 @@ class Checkpoints:
             )
         return None
 
+    @property
+    def best_path(self) -> Path:
+        return self.dir / "best.pt"
+
     def load(self, path: Path):
         return torch.load(path, map_location="cpu", weights_only=True)
 
     def latest(self) -> dict | None:
-        """The newest checkpoint that loads and fits, or None. Bad files are skipped, loudly."""
+        """The newest checkpoint that loads and fits, or None. Bad files are skipped, loudly,
+        and when none is left that is said too."""
         if self.dir.is_dir():  # half-written temp files of a killed run
             for tmp in self.dir.glob(".*.tmp"):
                 tmp.unlink(missing_ok=True)
-        for path in self.paths():
+        paths = self.paths()
+        for path in paths:
             try:
                 state = self.load(path)
             except Exception as exc:  # a cut file, wrong bytes, a foreign pickle: never fatal
-                self.log(f"checkpoint {path.name} is unreadable ({_reason(exc)}); trying an "
-                         "older one")
+                self.log(f"checkpoint {path} is unreadable ({reason(exc)}); trying an older one")
                 continue
             why = self._check(state, path)
             if why is None:
+                state["path"] = str(path)
                 return state
-            self.log(f"checkpoint {path.name} skipped: {why}")
+            self.log(f"checkpoint {path} skipped: {why}")
+        if paths:
+            self.log(f"no loadable checkpoint in {self.dir} ({len(paths)} unusable): "
+                     "starting from epoch 1")
         return None
+
+    def best(self) -> dict:
+        """best.pt, or (saying why) the newest loadable checkpoint when best.pt is unusable;
+        one CheckpointError naming the file and the fix when there is neither."""
+        try:
+            state = self.load(self.best_path)
+            why = self._check(state, self.best_path)
+            if why is None:
+                state["path"] = str(self.best_path)
+                return state
+        except FileNotFoundError:
+            why = "it does not exist"
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            why = reason(exc)
+        state = self.latest()
+        if state is None:
+            raise CheckpointError(
+                f"{self.best_path} cannot be used ({why}) and {self.dir} holds no other "
+                "loadable checkpoint. Re-run the training cell (it saves best.pt), or set "
+                "OUT_DIR to the folder of a finished run.")
+        self.log(f"{self.best_path} cannot be used ({why}); using the newest loadable "
+                 f"checkpoint instead, {state['path']} (epoch {state['position'][0]})")
+        return state

@@ -1,25 +1,37 @@
 """The notebook's parameters cell, turned into a typed, validated, printable dataclass.
 
 Every notebook's parameters are plain UPPER_CASE literals; `Workload.from_params(globals())`
-picks the ones named like its fields (lower-cased), checks their types (papermill can pass
-`EPOCHS="ten"`), validates values and returns the config. A workload subclasses `RunConfig`
-and adds its own fields and checks.
+refuses any UPPER_CASE name the workload does not know (a misspelt `-p EPOCH 1` would
+otherwise train the defaults), reads the ones named like its fields (lower-cased), checks
+their types (papermill can pass `EPOCHS="ten"`) and values, and returns the config. This is
+the one place a parameter is validated. A workload subclasses `RunConfig` and adds its own
+fields and checks.
+
+`identity()` is the experiment a run folder holds: every parameter that changes what is
+computed. The rest (`RUN_SETTINGS`: how long, where, on what) may change between sessions of
+the same run; see `lib.experiment`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lib.platforms import PLATFORMS, default_dirs, detect_runtime, get_platform
+from lib.errors import ConfigError
+from lib.platforms import DEVICE_CHOICES, PLATFORMS, default_dirs, get_platform
 
+__all__ = ["ConfigError", "RunConfig", "RESUME_CHOICES"]
 
-class ConfigError(ValueError):
-    """A parameter has a wrong type or value; the message names it and the fix."""
+RESUME_CHOICES = ("auto", "new", "require")
+# Parameters that may change between sessions of one run: where and on what it trains, how
+# often it saves, how it resumes. EPOCHS too, unless the lr schedule spans them.
+RUN_SETTINGS = frozenset({"platform", "device", "data_dir", "out_dir", "checkpoint_minutes",
+                          "resume", "batch_size", "epochs"})
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -65,10 +77,35 @@ class RunConfig:
     batch_size: int | None = None
     checkpoint_minutes: float = 10.0
     smoke_batches: int = 6  # train (and eval) batches per epoch in smoke mode
+    resume: str = "auto"  # "auto", "new" (afresh in a new sub-folder) or "require"
+
+    # True where the lr schedule is laid over EPOCHS (cosine to the last epoch): then a
+    # changed EPOCHS changes every remaining step's lr, so it defines the experiment.
+    SCHEDULE_SPANS_EPOCHS: ClassVar[bool] = False
+    # True for a workload whose OUT_DIR holds a grid of runs (one folder per cell).
+    GRID: ClassVar[bool] = False
+
+    @classmethod
+    def parameter_names(cls) -> list[str]:
+        return [f.name.upper() for f in fields(cls)]
+
+    @classmethod
+    def check_names(cls, namespace: dict[str, Any]) -> None:
+        """Refuse UPPER_CASE names that are not parameters (a typo would train defaults)."""
+        known = cls.parameter_names()
+        for name in namespace:
+            if name.isupper() and not name.startswith("_") and name not in known:
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]}? " if close else ""
+                raise ConfigError(
+                    f"unknown parameter {name} for {cls.WORKLOAD}: {hint}Its parameters are "
+                    f"{', '.join(known)}. Fix the name in the parameters cell or the papermill "
+                    f"-p argument.")
 
     @classmethod
     def from_params(cls, namespace: dict[str, Any]) -> RunConfig:
         """Build from a notebook namespace: field `lr` is read from `LR`, and so on."""
+        cls.check_names(namespace)
         hints = typing.get_type_hints(cls)
         kwargs = {}
         for f in fields(cls):
@@ -90,6 +127,11 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         get_platform(self.platform)  # raises the clear "unknown PLATFORM" message
+        if self.device not in DEVICE_CHOICES:
+            raise ConfigError(f"unknown DEVICE {self.device!r}; expected one of "
+                              f"{list(DEVICE_CHOICES)}. Fix it in the parameters cell, e.g. "
+                              'DEVICE = "auto" (the best device this machine has).')
+        self._choice("resume", self.resume, RESUME_CHOICES)
         self._positive("epochs", self.epochs)
         if self.lr is not None:  # a workload may let None mean "the method's default"
             self._positive("lr", self.lr)
@@ -127,18 +169,28 @@ class RunConfig:
             )
 
     # Derived settings -------------------------------------------------------------------
-    @property
-    def runtime(self) -> str:
-        return detect_runtime()
+    @classmethod
+    def run_settings(cls) -> frozenset[str]:
+        """The fields that may change between sessions of one run (see `identity`)."""
+        return RUN_SETTINGS - {"epochs"} if cls.SCHEDULE_SPANS_EPOCHS else RUN_SETTINGS
+
+    def identity(self, global_batch: int) -> dict[str, Any]:
+        """The experiment: every parameter that changes what is computed, the global batch."""
+        params = {k: v for k, v in self.to_dict().items() if k not in self.run_settings()}
+        return {"workload": self.WORKLOAD, **params, "global_batch_size": global_batch}
+
+    def experiments(self, global_batch: int) -> list[tuple[str, dict[str, Any]]]:
+        """(run folder under OUT_DIR, identity) of every run a grid workload trains."""
+        return [(".", self.identity(global_batch))]
 
     def resolved_batch_size(self) -> int:
         if self.batch_size is not None:
             return self.batch_size
         return PLATFORMS[self.platform].batch_size(self.WORKLOAD)
 
-    def paths(self) -> tuple[Path, Path]:
-        """(data_dir, out_dir): the parameters if given, else the runtime's defaults."""
-        data, out = default_dirs(self.WORKLOAD, self.runtime)
+    def paths(self, runtime: str) -> tuple[Path, Path]:
+        """(data_dir, out_dir): the parameters if given, else `runtime`'s defaults."""
+        data, out = default_dirs(self.WORKLOAD, runtime)
         data = Path(self.data_dir).expanduser() if self.data_dir else data
         out = Path(self.out_dir).expanduser() if self.out_dir else out
         return data, out

@@ -26,21 +26,23 @@ def main(argv: list[str] | None = None) -> int:
     notebook = ROOT / "notebooks" / "local_mps" / "fashion_mnist.ipynb"
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    run_name = "real" if args.real else "sample"  # never one folder: they are two experiments
     params = {"SAMPLE_DATA": not args.real, "SMOKE": not args.real, "EPOCHS": args.epochs,
-              "DATA_DIR": str(ROOT / "data"), "OUT_DIR": str(out / "run")}
+              "DATA_DIR": str(ROOT / "data"), "OUT_DIR": str(out / run_name)}
     executed = out / "fashion_mnist.ipynb"
     papermill.execute_notebook(str(notebook), str(executed), parameters=params,
                                cwd=str(notebook.parent), progress_bar=False)
-    lines = (out / "run" / "metrics.jsonl").read_text().splitlines()
+    lines = (out / run_name / "metrics.jsonl").read_text().splitlines()
     history = [json.loads(line) for line in lines]
     last = history[-1]
     print(f"\nFashion-MNIST demo: test accuracy {last['test_accuracy']:.4f} after "
           f"{last['epoch']} epoch(s) on {last['device']}")
     print(f"  executed notebook  {executed}")
-    print(f"  checkpoints        {out / 'run' / 'checkpoints'}")
-    print(f"  metrics            {out / 'run' / 'metrics.jsonl'}")
-    print(f"  plot               {out / 'run' / 'curves.png'}")
-    print(f"  TensorBoard logs   {out / 'run' / 'tb'}  (tensorboard --logdir {out / 'run' / 'tb'})")
+    print(f"  checkpoints        {out / run_name / 'checkpoints'}")
+    print(f"  metrics            {out / run_name / 'metrics.jsonl'}")
+    print(f"  plot               {out / run_name / 'curves.png'}")
+    tb = out / run_name / "tb"
+    print(f"  TensorBoard logs   {tb}  (tensorboard --logdir {tb})")
     return 0
 
 

@@ -23,7 +23,7 @@ from lib.distributed import Dist, from_torchrun, init_ddp, shutdown
 from lib.metrics import read_jsonl
 from lib.session import Session, start
 
-TrainFn = Callable[[Session, Dist], list]
+TrainFn = Callable[[Session], list]
 
 
 def _name(fn: TrainFn) -> str:
@@ -43,12 +43,17 @@ def _resolve(name: str) -> TrainFn:
 
 
 def _config_spec(s: Session) -> dict:
+    """The config a worker process rebuilds its session from: this session's run folder,
+    already resolved (RESUME applied once, here), and the runtime detected here."""
     cls = type(s.cfg)
-    return {"class": f"{cls.__module__}:{cls.__qualname__}", "params": s.cfg.to_dict()}
+    params = dict(s.cfg.to_dict(), out_dir=str(s.out_dir), resume="auto")
+    return {"class": f"{cls.__module__}:{cls.__qualname__}", "params": params,
+            "runtime": s.runtime}
 
 
-def _config_from_spec(spec: dict):
-    return _resolve(spec["class"])(**spec["params"])
+def _session_from_spec(spec: dict, dist: Dist) -> Session:
+    cfg = _resolve(spec["class"])(**spec["params"])
+    return start(cfg, runtime=spec["runtime"], dist=dist, announce=False, grid=False)
 
 
 def launch(train_fn: TrainFn, s: Session, nprocs: int | None = None,
@@ -60,7 +65,7 @@ def launch(train_fn: TrainFn, s: Session, nprocs: int | None = None,
     """
     n = nprocs or s.devices
     if not (n > 1 if spawn is None else spawn):
-        return train_fn(s, Dist())
+        return train_fn(s)
     name = _name(train_fn)
     s.out_dir.mkdir(parents=True, exist_ok=True)
     if s.choice.type == "xla":
@@ -96,19 +101,17 @@ def _torchrun(name: str, s: Session, n: int) -> None:
 def _xla_worker(index: int, name: str, spec: dict) -> None:
     from lib import xla
 
-    cfg = _config_from_spec(spec)
     dist = Dist(rank=xla.ordinal(), world_size=xla.world_size(), kind="xla")
-    _resolve(name)(start(cfg, dist=dist), dist)
+    _resolve(name)(_session_from_spec(spec, dist))
 
 
 def _torchrun_worker(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
-    cfg = _config_from_spec(spec["config"])
     dist = from_torchrun()
-    s = start(cfg, dist=dist)
+    s = _session_from_spec(spec["config"], dist)
     init_ddp(dist, s.choice.type)
     try:
-        _resolve(spec["train"])(s, dist)
+        _resolve(spec["train"])(s)
     finally:
         shutdown(dist)
 

@@ -54,7 +54,7 @@ def check_optimizer_name(name: str) -> str:
 def resolved_hparams(name: str, lr: float | None = None,
                      weight_decay: float | None = None) -> tuple[float, float]:
     """(lr, weight_decay): the given values, or the table's defaults for `name`."""
-    d = OPTIMIZERS[check_optimizer_name(name)]
+    d = OPTIMIZERS[name]
     lr = d.lr if lr is None else float(lr)
     weight_decay = d.weight_decay if weight_decay is None else float(weight_decay)
     if lr <= 0 or weight_decay < 0:
@@ -66,7 +66,7 @@ def resolved_hparams(name: str, lr: float | None = None,
 def make_optimizer(name: str, params: Iterable, lr: float | None = None,
                    weight_decay: float | None = None) -> torch.optim.Optimizer:
     """Optimizer `name` over `params` (tensors or param groups); None means the default."""
-    key = check_optimizer_name(name)
+    key = name
     lr, wd = resolved_hparams(key, lr, weight_decay)
     if key == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=wd)

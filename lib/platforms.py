@@ -12,6 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lib.errors import ConfigError
+
 # Default batch sizes per workload, tuned to the accelerator's memory (T4/P100 16 GB,
 # v5e-1 16 GB HBM, a Mac's unified memory shared with the OS).
 _BATCH = {
@@ -24,6 +26,7 @@ _BATCH = {
 _BATCH["kaggle_t4x2"] = dict(_BATCH["colab_t4"])
 _BATCH["kaggle_tpu"] = dict(_BATCH["colab_tpu"])
 
+DEVICE_CHOICES = ("auto", "cuda", "xla", "mps", "cpu")  # DEVICE: "auto" or a device kind
 DRIVE_MOUNT_ENV = "TA_COLAB_DRIVE"  # where Drive is mounted; tests point it at a temp dir
 
 
@@ -82,7 +85,7 @@ for _p in PLATFORMS.values():
 def get_platform(name: str) -> Platform:
     """The profile called `name`, or one clear error listing the valid names."""
     if name not in PLATFORMS:
-        raise ValueError(
+        raise ConfigError(
             f"unknown PLATFORM {name!r}; expected one of {sorted(PLATFORMS)}. "
             "Use the notebook rendered for your platform under notebooks/<platform>/, "
             "or set PLATFORM to one of these names."

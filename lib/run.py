@@ -1,17 +1,18 @@
 """One run folder: config, checkpoints, metrics.jsonl, TensorBoard, progress and ETA.
 
-Layout of `out_dir`: `config.json`, `checkpoints/`, `metrics.jsonl` (one record per epoch,
-rewritten from the checkpoint's history on resume so no epoch is duplicated or missing),
+Layout of `out_dir`: `config.json` and `sessions.jsonl` (`lib.experiment`), `checkpoints/`,
+`metrics.jsonl` (one record per epoch, rewritten from the checkpoint's history on resume so no
+epoch is duplicated or missing),
 `tb/` (TensorBoard), and whatever plots the notebook saves. Only the main rank writes.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from lib.checkpoint import Checkpoints
+from lib.errors import OutDirError
 from lib.metrics import write_jsonl
 
 
@@ -30,7 +31,7 @@ def check_writable(out_dir: Path) -> Path:
     """Create `out_dir` or fail with one message saying what is wrong and what to do."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"OUT_DIR {str(out_dir)!r} is a file, not a folder; set OUT_DIR "
+        raise OutDirError(f"OUT_DIR {str(out_dir)!r} is a file, not a folder; set OUT_DIR "
                          "to a folder path (it is created if missing).")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -38,32 +39,22 @@ def check_writable(out_dir: Path) -> Path:
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
-        raise ValueError(f"OUT_DIR {str(out_dir)!r} is not writable ({exc.strerror}); set "
+        raise OutDirError(f"OUT_DIR {str(out_dir)!r} is not writable ({exc.strerror}); set "
                          "OUT_DIR to a folder you can write to.") from None
     return out_dir
-
-
-def _durable(path: Path) -> None:
-    """Push a finished file through the OS cache (Drive's FUSE mount syncs on fsync)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Run:
     """The outputs of one training run, written by the main rank only."""
 
-    def __init__(self, out_dir: Path, workload: str, config: dict, model_config: dict,
+    def __init__(self, out_dir: Path, workload: str, model_config: dict,
                  session_hours: float | None = None, main: bool = True,
                  tensorboard: bool = True, progress: bool = True) -> None:
         self.dir = check_writable(out_dir) if main else Path(out_dir)
         self.main, self.session_hours = main, session_hours
-        self.config = config
         self.metrics_path = self.dir / "metrics.jsonl"
         self.checkpoints = Checkpoints(self.dir / "checkpoints", workload, model_config,
-                                       after_write=_durable, log=self.log)
+                                       log=self.log)
         self._tb_enabled, self._progress_enabled = tensorboard, progress
         self.tb = None
         self.history: list[dict] = []
@@ -75,12 +66,22 @@ class Run:
 
             tqdm.write(message)
 
+    def keep_old_metrics(self) -> None:
+        """Training starts from epoch 1 in a folder that has epoch records (every checkpoint
+        was lost): move them aside, never overwrite them."""
+        if not (self.main and self.metrics_path.exists() and self.metrics_path.stat().st_size):
+            return
+        n = 1
+        while (aside := self.dir / f"metrics-before-restart-{n}.jsonl").exists():
+            n += 1
+        os.replace(self.metrics_path, aside)
+        self.log(f"the epoch records of the lost run are kept in {aside}")
+
     def begin(self, history: list[dict], start_epoch: int) -> None:
-        """Write config.json and the resumed history; open TensorBoard past `start_epoch`."""
+        """Write the resumed history; open TensorBoard past `start_epoch`."""
         self.history = list(history)
         if not self.main:
             return
-        (self.dir / "config.json").write_text(json.dumps(self.config, indent=2, sort_keys=True))
         write_jsonl(self.metrics_path, self.history)
         if self._tb_enabled:
             from torch.utils.tensorboard import SummaryWriter

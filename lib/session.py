@@ -1,7 +1,10 @@
 """From a validated config to everything a notebook needs to train: `start(cfg)`.
 
-It picks the device (saying in one line what it fell back to and why), seeds torch,
-resolves the data and output folders, the batch size and how many devices to train on.
+It detects the runtime once, picks the device (saying in one line what it fell back to and
+why), seeds torch, resolves the data folder, the batch size, how many devices to train on
+and the run folder: OUT_DIR after the RESUME rule, refused before anything is read or
+written when it holds another experiment (`lib.experiment`). Everything downstream reads
+these from the session, never detects them again.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from pathlib import Path
 
 import torch
 
+from lib import experiment
 from lib.config import RunConfig
 from lib.device import DeviceChoice, choose_device
 from lib.distributed import Dist
-from lib.platforms import Platform, get_platform
-from lib.run import Run
+from lib.platforms import Platform, detect_runtime, get_platform
+from lib.run import Run, check_writable
 
 SMOKE_MAX_BATCH = 32  # smoke runs use small batches so the sample data holds several
 
@@ -40,13 +44,19 @@ class Session:
             return torch.device("cuda", self.dist.local_rank)
         return self.choice.torch_device
 
-    def open_run(self, model_config: dict, out_dir: Path | None = None) -> Run:
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.devices
+
+    def resolved(self) -> dict:
+        """What this session runs with, beyond the parameters."""
+        return {"device": self.choice.type, "precision": self.choice.precision.name,
+                "runtime": self.runtime, "batch_size": self.batch_size,
+                "world_size": self.dist.world_size}
+
+    def open_run(self, model_config: dict) -> Run:
         """The run folder (checkpoints, metrics, TensorBoard); only the main process writes."""
-        config = dict(self.cfg.to_dict(), resolved={
-            "device": self.choice.type, "precision": self.choice.precision.name,
-            "runtime": self.runtime, "batch_size": self.batch_size,
-            "world_size": self.dist.world_size})
-        return Run(out_dir or self.out_dir, self.cfg.WORKLOAD, config, model_config,
+        return Run(self.out_dir, self.cfg.WORKLOAD, model_config,
                    session_hours=self.platform.session_hours, main=self.dist.main)
 
 
@@ -62,21 +72,38 @@ def _device_count(choice: DeviceChoice, platform: Platform) -> int:
     return 1
 
 
+def _run_folder(cfg: RunConfig, out_dir: Path, global_batch: int, grid: bool,
+                dist: Dist) -> Path:
+    """OUT_DIR after the RESUME rule; for one run, its experiment recorded there."""
+    runs = cfg.experiments(global_batch) if grid else [(".", cfg.identity(global_batch))]
+    folder = experiment.resolve(out_dir, runs, cfg.resume, cfg.run_settings())
+    if dist.main:
+        check_writable(folder)
+        if folder != out_dir:
+            print(f'RESUME = "new": {out_dir} holds a run, kept as it is; this one starts '
+                  f"afresh in {folder} (to resume it later, set OUT_DIR to that folder)")
+    return folder
+
+
 def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
-          announce: bool = True) -> Session:
+          announce: bool = True, grid: bool | None = None) -> Session:
     """Choose the device and resolve the run's settings; the main process says what it chose
-    (unless `announce` is False: a grid of runs says it once)."""
+    (unless `announce` is False: a grid of runs says it once). `grid` (default: the
+    workload's GRID) makes OUT_DIR the root of a grid whose cells are checked here and
+    recorded when each trains."""
     dist = dist or Dist()
+    grid = cfg.GRID if grid is None else grid
     platform = get_platform(cfg.platform)
     choice = choose_device(cfg.device, platform)
-    runtime = runtime or cfg.runtime
+    runtime = runtime or detect_runtime()
     devices = _device_count(choice, platform)
     if cfg.seed is not None:  # None: a grid whose runs each bring their own seed
         torch.manual_seed(cfg.seed)
-    data_dir, out_dir = cfg.paths()
+    data_dir, out_dir = cfg.paths(runtime)
     batch = cfg.resolved_batch_size()
     if cfg.smoke:
         batch = min(batch, SMOKE_MAX_BATCH)
+    out_dir = _run_folder(cfg, out_dir, batch * devices, grid, dist)
     if dist.main and announce:
         many = f" x {devices} devices" if devices > 1 else ""
         print(f"{platform.title} notebook on the {runtime} runtime -> {choice.describe()}{many}")
@@ -86,5 +113,10 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
                   f"{platform.gpu} in the notebook's sidebar to use them all.")
         if cfg.smoke:
             print(f"SMOKE: {cfg.smoke_batches} batches of {batch} per epoch")
-    return Session(cfg, platform, runtime, choice, data_dir, out_dir, batch,
-                   cfg.smoke_batches if cfg.smoke else None, devices, dist)
+    s = Session(cfg, platform, runtime, choice, data_dir, out_dir, batch,
+                cfg.smoke_batches if cfg.smoke else None, devices, dist)
+    if dist.main and not grid:
+        experiment.record(out_dir, dict(cfg.to_dict(), resolved=s.resolved()),
+                          cfg.identity(s.global_batch),
+                          dict(s.resolved(), epochs=cfg.epochs, platform=cfg.platform))
+    return s

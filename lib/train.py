@@ -255,8 +255,10 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
         _restore(task, backend, state)
         history, best, partial = state["history"], state["best"], state["partial"]
         start_epoch, start_batch = state["position"]
-        run.log(f"resumed from {run.checkpoints.dir / 'ckpt'}… at epoch {start_epoch}, "
-                f"batch {start_batch} ({len(history)} epochs in the history)")
+        run.log(f"resumed from {state['path']} at epoch {start_epoch}, batch {start_batch} "
+                f"({len(history)} epochs in the history)")
+    else:
+        run.keep_old_metrics()
     run.begin(history, start_epoch)
     if start_epoch >= epochs:
         run.log(f"nothing to do: the checkpoint has {start_epoch} of {epochs} epochs")

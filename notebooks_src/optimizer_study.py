@@ -45,6 +45,7 @@ LR = None  # None: each optimizer's literature default (the table below)
 WEIGHT_DECAY = None  # None: each optimizer's literature default
 WARMUP_EPOCHS = 5  # linear warm-up, then cosine decay to zero
 CHECKPOINT_MINUTES = 10.0  # also save mid-epoch this often
+RESUME = "auto"  # "auto" resume, refuse a changed run; "new" afresh in a sub-folder; "require"
 
 # %%
 from lib.workloads.optimizer_study import OptimizerStudyConfig

@@ -53,15 +53,10 @@ def test_a_missing_required_parameter_is_named():
 
 
 def test_default_paths_follow_the_runtime(monkeypatch, tmp_path):
-    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
-    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
-    data, out = make().paths()
+    data, out = make().paths("local")
     assert (str(data), str(out)) == ("data", "runs/fashion_mnist")
-    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
-    assert str(make().paths()[1]) == "/kaggle/working/runs/fashion_mnist"
-    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE")
-    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab")
+    assert str(make().paths("kaggle")[1]) == "/kaggle/working/runs/fashion_mnist"
     monkeypatch.setenv("TA_COLAB_DRIVE", str(tmp_path / "drive"))
-    data, out = make().paths()
+    data, out = make().paths("colab")
     assert out == tmp_path / "drive/MyDrive/train-anywhere/runs/fashion_mnist"
-    assert make(OUT_DIR=str(tmp_path / "x")).paths()[1] == tmp_path / "x"
+    assert make(OUT_DIR=str(tmp_path / "x")).paths("colab")[1] == tmp_path / "x"

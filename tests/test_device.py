@@ -65,9 +65,11 @@ def test_explicit_device_that_is_absent_fails_clearly():
         pick("colab_t4", device="cuda")
 
 
-def test_unknown_device_names_choices_and_fix():
+def test_unknown_device_is_refused_by_the_config_cell():
+    from lib.workloads.fashion_mnist import FashionConfig
+
     with pytest.raises(ValueError, match=r"unknown DEVICE 'gpu'.*'auto', 'cuda'.*DEVICE = "):
-        pick(device="gpu")
+        FashionConfig.from_params({"PLATFORM": "colab_t4", "DEVICE": "gpu"})
 
 
 def test_environment_override_wins_and_is_validated():

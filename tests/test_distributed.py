@@ -9,7 +9,6 @@ from torch.utils.data import Dataset
 
 from lib.config import RunConfig
 from lib.data.common import make_loader
-from lib.distributed import Dist
 from lib.launch import launch
 from lib.session import start
 from lib.train import Task, fit
@@ -37,8 +36,9 @@ class Blobs(Dataset):
         return self.x[i] + 0.05 * torch.randn(6), self.y[i]  # seeded per sample
 
 
-def toy_train(s, dist: Dist = Dist()):
+def toy_train(s):
     """A workload without dropout, so one process and two can compute the same thing."""
+    dist = s.dist
     torch.manual_seed(s.cfg.seed)
     model = nn.Sequential(nn.Linear(6, 32), nn.Tanh(), nn.Linear(32, 3)).to(s.device)
     task = Task(model, nn.functional.cross_entropy,

@@ -10,7 +10,7 @@ from lib.run import Run
 
 
 def make(tmp_path, **kw):
-    return Run(tmp_path / "out", "w", {"a": 1}, {"m": 1}, tensorboard=False, progress=False, **kw)
+    return Run(tmp_path / "out", "w", {"m": 1}, tensorboard=False, progress=False, **kw)
 
 
 def test_out_dir_that_is_a_file_is_refused(tmp_path):
@@ -28,15 +28,19 @@ def test_unwritable_out_dir_is_refused(tmp_path, monkeypatch):
         make(tmp_path)
 
 
-def test_every_checkpoint_is_fsynced_after_it_is_written(tmp_path, monkeypatch):
+def test_every_checkpoint_and_its_rename_are_fsynced(tmp_path, monkeypatch):
     """On Colab, Drive's FUSE mount uploads what is fsynced; a cached file can be lost."""
-    synced, real_open = [], os.open
-    monkeypatch.setattr(run_mod.os, "open",
-                        lambda p, flags: (synced.append(os.fspath(p)), real_open(p, flags))[1])
-    run = make(tmp_path)
-    run.save({"w": torch.ones(1)}, 1, 0, best=True)
-    names = [os.path.basename(p) for p in synced if p.endswith(".pt")]
-    assert names == ["ckpt-e0001-b000000.pt", "best.pt"]
+    synced, real_fsync = [], os.fsync
+
+    def fsync(fd):
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    make(tmp_path).save({"w": torch.ones(1)}, 1, 0, best=True)
+    files = [n for n in synced if n.endswith(".tmp")]  # written under a temporary name
+    assert len(files) == 2 and files[0].startswith(".ckpt-e0001-b000000.pt.")
+    assert files[1].startswith(".best.pt.") and synced.count("checkpoints") == 2
 
 
 def test_eta_beyond_the_session_limit_warns_once_with_the_fix(tmp_path, capsys):
@@ -59,7 +63,7 @@ def test_no_warning_within_the_limit(tmp_path, capsys):
 
 
 def test_only_the_main_process_writes(tmp_path):
-    run = Run(tmp_path / "o", "w", {}, {}, main=False, tensorboard=False)
+    run = Run(tmp_path / "o", "w", {}, main=False, tensorboard=False)
     run.begin([], 0)
     run.save({"w": torch.ones(1)}, 1, 0)
     run.end_epoch({"epoch": 1, "seconds": 1.0, "samples_per_s": 1.0}, 2, run.progress(1))

@@ -77,7 +77,7 @@ def transfers(steps, out):
     tl = make_loader(TensorDataset(x, y), 16, choice, train=True, seed=0)
     el = make_loader(TensorDataset(x, y), 16, choice, train=False, seed=0)
     before = (met.metric_data("TransferFromDeviceTime") or [0])[0]
-    fit(task, tl, el, choice, Run(out, "t", {{}}, {{}}, tensorboard=False, progress=False),
+    fit(task, tl, el, choice, Run(out, "t", {{}}, tensorboard=False, progress=False),
         1, max_batches=steps)
     return (met.metric_data("TransferFromDeviceTime") or [0])[0] - before
 print(transfers(2, {str(tmp_path / 'a')!r}), transfers(8, {str(tmp_path / 'b')!r}))

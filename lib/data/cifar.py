@@ -15,7 +15,8 @@ from torchvision import datasets
 from torchvision.transforms import v2
 
 from lib.data.cifar_sample import CIFAR100_SUPERCLASSES, write_cifar_sample
-from lib.data.label_noise import NOISE_MODES, add_label_noise
+from lib.data.label_noise import add_label_noise
+from lib.errors import DataError, DataNotFound
 
 NAMES = ("cifar10", "cifar100")
 # Per-channel mean and std of the training pixels (std over all pixels, not of image means).
@@ -45,7 +46,7 @@ class _SampleCIFAR100(datasets.CIFAR100):
 def check_name(name: str) -> str:
     key = str(name).lower().replace("-", "")
     if key not in NAMES:
-        raise ValueError(f"DATASET={name!r} is not one of {list(NAMES)}; set DATASET to "
+        raise DataError(f"DATASET={name!r} is not one of {list(NAMES)}; set DATASET to "
                          "'cifar10' or 'cifar100'.")
     return key
 
@@ -77,7 +78,7 @@ def load_cifar(name: str, root: Path, train: bool, *, sample: bool = False,
     """The torchvision dataset at `root` (checksummed unless `sample`), with transforms."""
     name, root = check_name(name), Path(root)
     if root.exists() and not root.is_dir():
-        raise ValueError(f"DATA_DIR {str(root)!r} is a file; set DATA_DIR to a folder.")
+        raise DataError(f"DATA_DIR {str(root)!r} is a file; set DATA_DIR to a folder.")
     tf = cifar_transforms(name, train)
     if sample:  # the checksum bypass: only ever for files written by write_cifar_sample
         cls = _SampleCIFAR10 if name == "cifar10" else _SampleCIFAR100
@@ -86,7 +87,7 @@ def load_cifar(name: str, root: Path, train: bool, *, sample: bool = False,
     try:
         return cls(str(root), train=train, download=download, transform=tf)
     except (RuntimeError, OSError) as exc:  # missing/corrupted files, or the download failed
-        raise FileNotFoundError(_missing_message(name, root, exc)) from None
+        raise DataNotFound(_missing_message(name, root, exc)) from None
 
 
 def noise_pairs(name: str, classes) -> dict[int, int]:
@@ -106,7 +107,7 @@ def noise_pairs(name: str, classes) -> dict[int, int]:
             named.update(zip(members, members[1:] + members[:1], strict=True))
     missing = sorted(set(named) - set(index))
     if missing:
-        raise ValueError(f"the {name} class names {list(classes)[:5]}... lack {missing}; "
+        raise DataError(f"the {name} class names {list(classes)[:5]}... lack {missing}; "
                          "asymmetric noise needs the official class names (meta file).")
     return {index[a]: index[b] for a, b in named.items()}
 
@@ -131,8 +132,6 @@ def build_cifar_datasets(name: str, data_dir: Path, sample: bool, label_noise: f
     num_classes, train_size, test_size, label_noise, noise_mode and realised_noise.
     """
     name = check_name(name)
-    if noise_mode not in NOISE_MODES:
-        raise ValueError(f"NOISE_MODE={noise_mode!r} is not one of {list(NOISE_MODES)}.")
     root = write_cifar_sample(Path(data_dir) / "sample", name) if sample else Path(data_dir)
     train = load_cifar(name, root, True, sample=sample, download=download)
     test = load_cifar(name, root, False, sample=sample, download=download)

@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from lib.device import DeviceChoice
+from lib.errors import DataError
 
 _MIX = (0x9E3779B1, 0x85EBCA6B, 0xC2B2AE35)
 
@@ -80,7 +81,7 @@ def make_loader(dataset, batch_size: int, choice: DeviceChoice, *, train: bool, 
     and rule 4 says every device computes the same thing); evaluation keeps every sample.
     """
     if train and len(dataset) // world_size < batch_size:
-        raise ValueError(
+        raise DataError(
             f"the training set has {len(dataset)} samples, fewer than one batch of {batch_size} "
             f"per device; set BATCH_SIZE to at most {max(1, len(dataset) // world_size)}."
         )

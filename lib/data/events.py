@@ -33,6 +33,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, Subset, random_split
 
 from lib.data import events_sample
+from lib.errors import DataError, DataNotFound
 
 NAMES = ("nmnist", "dvsgesture", "cifar10dvs")
 TONIC_CLASSES = {"nmnist": tonic.datasets.NMNIST, "dvsgesture": tonic.datasets.DVSGesture,
@@ -50,7 +51,7 @@ MAX_COUNT = 255
 def check_name(name: str) -> str:
     key = str(name).lower().replace("-", "").replace("_", "")
     if key not in NAMES:
-        raise ValueError(f"DATASET={name!r} is not one of {list(NAMES)}; set DATASET to one "
+        raise DataError(f"DATASET={name!r} is not one of {list(NAMES)}; set DATASET to one "
                          "of them.")
     return key
 
@@ -63,15 +64,15 @@ def frame_hw(name: str, downsample: int = 1) -> tuple[int, int]:
 
 def _check_framing(n_time_bins, dt_us, fixed_t, downsample, static_shapes) -> None:
     if (n_time_bins is None) == (dt_us is None):
-        raise ValueError(f"N_TIME_BINS={n_time_bins!r}, DT_US={dt_us!r}: set exactly one of "
+        raise DataError(f"N_TIME_BINS={n_time_bins!r}, DT_US={dt_us!r}: set exactly one of "
                          "them (e.g. N_TIME_BINS = 300, DT_US = None).")
     for label, value in (("N_TIME_BINS", n_time_bins), ("DT_US", dt_us), ("FIXED_T", fixed_t)):
         if value is not None and (int(value) != value or value < 1):
-            raise ValueError(f"{label}={value!r} must be a positive integer or None.")
+            raise DataError(f"{label}={value!r} must be a positive integer or None.")
     if int(downsample) != downsample or downsample < 1:
-        raise ValueError(f"DOWNSAMPLE={downsample!r} must be an integer >= 1 (1 = full size).")
+        raise DataError(f"DOWNSAMPLE={downsample!r} must be an integer >= 1 (1 = full size).")
     if static_shapes and dt_us is not None and fixed_t is None:
-        raise ValueError(f"DT_US={dt_us} gives a different number of frames per recording, "
+        raise DataError(f"DT_US={dt_us} gives a different number of frames per recording, "
                          "which recompiles on XLA; set FIXED_T (e.g. FIXED_T = 100) or use "
                          "N_TIME_BINS.")
 
@@ -102,7 +103,7 @@ class SparseFrames:
         index = np.flatnonzero(flat)
         counts = flat[index].astype(np.int64)
         if counts.size and (counts.min() < 0 or counts.max() > 0xFFFF):
-            raise ValueError(f"event counts per bin must be in [0, 65535]; got {counts.min()} "
+            raise DataError(f"event counts per bin must be in [0, 65535]; got {counts.min()} "
                              f"to {counts.max()}")
         head = np.array([frames.ndim, *frames.shape], dtype=np.int64)
         return np.concatenate([head, (index.astype(np.int64) << 16) | counts])
@@ -250,7 +251,7 @@ def load_events(name: str, root: Path, train: bool | None, transform=None, *,
     """The tonic dataset at `root` (train/test; None for CIFAR10-DVS), files in path order."""
     name, root = check_name(name), Path(root)
     if root.exists() and not root.is_dir():
-        raise ValueError(f"DATA_DIR {str(root)!r} is a file; set DATA_DIR to a folder.")
+        raise DataError(f"DATA_DIR {str(root)!r} is a file; set DATA_DIR to a folder.")
     cls = TONIC_CLASSES[name]
     if name == "cifar10dvs":
         _require_aedat()
@@ -261,9 +262,9 @@ def load_events(name: str, root: Path, train: bool | None, transform=None, *,
         with gate:
             ds = cls(str(root), transform=transform, **kwargs)
     except (OSError, RuntimeError) as exc:  # the download failed or its md5 did not match
-        raise FileNotFoundError(_missing_message(name, root, exc)) from None
+        raise DataNotFound(_missing_message(name, root, exc)) from None
     if len(ds) == 0:
-        raise FileNotFoundError(_missing_message(name, root, ValueError("no recordings")))
+        raise DataNotFound(_missing_message(name, root, ValueError("no recordings")))
     _sort_by_path(ds)
     return ds
 
@@ -293,7 +294,7 @@ def build_event_datasets(name: str, data_dir: Path, *, sample: bool = False,
         n_time_bins = OFFICIAL_TIME_BINS[name]
     _check_framing(n_time_bins, dt_us, fixed_t, downsample, static_shapes)
     if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction={test_fraction!r} must be between 0 and 1.")
+        raise DataError(f"test_fraction={test_fraction!r} must be between 0 and 1.")
     root = SAMPLE_WRITERS[name](Path(data_dir) / "sample") if sample else Path(data_dir)
     cache_dir = Path(cache_dir) if cache_dir else Path(data_dir) / "cache"
     tf = event_transform(name, n_time_bins=n_time_bins, dt_us=dt_us, downsample=downsample,

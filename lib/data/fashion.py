@@ -15,6 +15,7 @@ import torch
 from torchvision import datasets, transforms
 
 from lib import atomic
+from lib.errors import DataError, DataNotFound
 
 CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
            "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
@@ -73,12 +74,12 @@ def load(root: Path, train: bool, download: bool = True):
     """The torchvision dataset (normalised tensors, integer labels)."""
     root = Path(root)
     if root.exists() and not root.is_dir():
-        raise ValueError(f"DATA_DIR {str(root)!r} is a file; set DATA_DIR to a folder.")
+        raise DataError(f"DATA_DIR {str(root)!r} is a file; set DATA_DIR to a folder.")
     tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize((MEAN,), (STD,))])
     try:
         return datasets.FashionMNIST(str(root), train=train, download=download, transform=tf)
     except (RuntimeError, OSError) as exc:  # not found, or the download failed
-        raise FileNotFoundError(_missing_message(root, exc)) from None
+        raise DataNotFound(_missing_message(root, exc)) from None
 
 
 def build_datasets(data_dir: Path, sample: bool):

@@ -23,6 +23,8 @@ import torchvision.transforms.functional as TF
 from PIL import Image, ImageFilter, ImageOps
 from torch.utils.data import Dataset
 
+from lib.errors import DataError, DataNotFound
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 MASK_THRESHOLD = 127  # a mask pixel is target when its grey value is > 127 (of 255)
@@ -75,7 +77,7 @@ def _find_split(root: Path, patterns: tuple[str, ...], which: str) -> Path:
         found = sorted(root.glob(pattern))
         if found:
             return found[0]
-    raise FileNotFoundError(
+    raise DataNotFound(
         f"no {which} split file in {str(root)!r}: expected one of {', '.join(patterns)} "
         "(one image name per line, without extension); add it or point DATA_DIR elsewhere."
     )
@@ -97,7 +99,7 @@ def _layout_in(folder: Path) -> IRSTDLayout | None:
         return None
     masks = _first_dir(folder, MASK_DIRS)
     if masks is None:
-        raise FileNotFoundError(
+        raise DataNotFound(
             f"{str(folder)!r} has {images.name}/ but no mask folder: expected one of "
             f"{', '.join(d + '/' for d in MASK_DIRS)} beside it; copy the masks there."
         )
@@ -114,7 +116,7 @@ def find_layout(data_dir: str | Path, prefer: str | None = None) -> IRSTDLayout:
     """
     data_dir = Path(data_dir).expanduser()
     if not data_dir.is_dir():
-        raise FileNotFoundError(
+        raise DataNotFound(
             f"IRSTD DATA_DIR {str(data_dir)!r} is not a folder. Expected the dataset folder "
             "(images/ + masks/ + trainval.txt + test.txt, or IRSTD1k_Img/ + IRSTD1k_Label/): "
             "on Colab a folder on Drive (/content/drive/MyDrive/...), on Kaggle an attached "
@@ -129,7 +131,7 @@ def find_layout(data_dir: str | Path, prefer: str | None = None) -> IRSTDLayout:
     if first is not None:
         return first
     found = sorted(p.name for p in data_dir.iterdir())[:8]
-    raise FileNotFoundError(
+    raise DataNotFound(
         f"no image folder in {str(data_dir)!r} or two levels below it: expected "
         f"{' or '.join(d + '/' for d in IMAGE_DIRS)} (found {found}); point DATA_DIR at the "
         "unpacked IRSTD-1k or NUDT-SIRST folder."
@@ -142,7 +144,7 @@ def read_split(path: Path) -> list[str]:
     names = [n[: -len(Path(n).suffix)] if Path(n).suffix.lower() in EXTENSIONS else n
              for n in names]
     if not names:
-        raise ValueError(
+        raise DataError(
             f"split file {str(path)!r} lists no images; expected one name per line (without "
             "extension), e.g. XDU0. Fill it or remove it so another split file is used."
         )
@@ -165,7 +167,7 @@ def resolve_files(names: list[str], folder: Path, split: Path, kind: str) -> lis
     index = _index(folder)
     missing = [n for n in names if n not in index]
     if missing:
-        raise ValueError(
+        raise DataError(
             f"{len(missing)} name(s) in {str(split)!r} have no {kind} in {str(folder)!r}, e.g. "
             f"{missing[:3]} (looked for <name>{'|'.join(EXTENSIONS)}); add the files or remove "
             "the names from the split file."
@@ -272,7 +274,7 @@ class IRSTDDataset(Dataset):
                  crop_size: int = 256, augment: bool | None = None,
                  mask_threshold: int = MASK_THRESHOLD) -> None:
         if split not in ("train", "test"):
-            raise ValueError(f"split={split!r}; expected 'train' or 'test'")
+            raise DataError(f"split={split!r}; expected 'train' or 'test'")
         self.split_file = layout.train_split if split == "train" else layout.test_split
         self.names = read_split(self.split_file)
         self.images = resolve_files(self.names, layout.images, self.split_file, "image")
@@ -307,7 +309,7 @@ class IRSTDDataset(Dataset):
 
 def _check_size(name: str, value: int) -> None:
     if not isinstance(value, int) or value < 16 or value % 16:
-        raise ValueError(
+        raise DataError(
             f"{name}={value!r}; expected a positive multiple of 16 (MSHNet pools four times), "
             "e.g. 256 as the paper."
         )
@@ -327,11 +329,11 @@ def build_irstd_datasets(data_dir: str | Path, sample: bool, base_size: int = 25
     _check_size("base_size", base_size)
     _check_size("crop_size", crop_size)
     if dataset is not None and dataset not in PAPER_RESULTS:
-        raise ValueError(f"dataset={dataset!r}; expected one of {sorted(PAPER_RESULTS)} or None")
+        raise DataError(f"dataset={dataset!r}; expected one of {sorted(PAPER_RESULTS)} or None")
     root = Path(data_dir) / SAMPLE_FOLDER / "IRSTD-sample" if sample else data_dir
     layout = find_layout(write_irstd_sample(root) if sample else root, prefer=dataset)
     if dataset is not None and layout.name not in (None, dataset):
-        raise ValueError(
+        raise DataError(
             f"DATASET={dataset!r} but the dataset found in DATA_DIR, {str(layout.root)!r}, is "
             f"{layout.name}; set DATASET = {layout.name!r} or point DATA_DIR at the {dataset} "
             "folder."

@@ -12,16 +12,18 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from lib.errors import DataError
+
 NOISE_MODES = ("symmetric", "asymmetric")
 _STREAM = 0x4C4E  # keeps the noise stream apart from any other use of the same seed
 
 
 def _check(rate: float, seed: int) -> None:
     if not 0.0 <= rate <= 1.0:
-        raise ValueError(f"LABEL_NOISE={rate!r} is outside [0, 1]; set it to a fraction such "
+        raise DataError(f"LABEL_NOISE={rate!r} is outside [0, 1]; set it to a fraction such "
                          "as 0.2 (20% of training labels corrupted) or 0.0 for clean labels.")
     if seed < 0:
-        raise ValueError(f"seed {seed} is negative; label noise needs a seed >= 0.")
+        raise DataError(f"seed {seed} is negative; label noise needs a seed >= 0.")
 
 
 def _draws(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -63,7 +65,7 @@ def add_label_noise(labels: Sequence[int], rate: float, mode: str, num_classes: 
                     pairs: Mapping[int, int] | None, seed: int) -> tuple[np.ndarray, float]:
     """(noisy labels, realised flip rate) for `mode` in NOISE_MODES."""
     if mode not in NOISE_MODES:
-        raise ValueError(f"NOISE_MODE={mode!r} is not one of {list(NOISE_MODES)}; set it to "
+        raise DataError(f"NOISE_MODE={mode!r} is not one of {list(NOISE_MODES)}; set it to "
                          "'symmetric' (uniform flips) or 'asymmetric' (class pairs).")
     if mode == "symmetric":
         noisy = symmetric_noise(labels, rate, num_classes, seed)

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import nn
 
+from lib.errors import ConfigError
+
 ScanFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -142,11 +144,11 @@ class MambaConfig:
 
     def __post_init__(self) -> None:
         if self.scan not in SCANS:
-            raise ValueError(f"scan={self.scan!r} is not one of {sorted(SCANS)}; use 'parallel'.")
+            raise ConfigError(f"scan={self.scan!r} is not one of {sorted(SCANS)}; use 'parallel'.")
         if self.dt_rank is None:
             self.dt_rank = math.ceil(self.d_model / 16)
         if not 0 < self.dt_min <= self.dt_max:
-            raise ValueError(
+            raise ConfigError(
                 f"dt_min={self.dt_min}, dt_max={self.dt_max}: need 0 < dt_min <= dt_max."
             )
 

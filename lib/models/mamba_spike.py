@@ -15,6 +15,7 @@ from einops import rearrange
 from snntorch import surrogate
 from torch import nn
 
+from lib.errors import ConfigError
 from lib.models.mamba import SCANS, MambaBlock, MambaConfig
 
 PRESETS: dict[str, dict] = {
@@ -51,22 +52,22 @@ class MambaSpikeConfig:
     def __post_init__(self) -> None:
         self.input_hw = tuple(int(v) for v in self.input_hw)
         if min(self.input_hw) < 4:
-            raise ValueError(
+            raise ConfigError(
                 f"input_hw={self.input_hw}: frames must be at least 4x4 (two 2x max-pools); "
                 "use a smaller DOWNSAMPLE factor."
             )
         if not 0.0 <= self.beta <= 1.0:
-            raise ValueError(f"beta={self.beta} must lie in [0, 1] (membrane decay per step).")
+            raise ConfigError(f"beta={self.beta} must lie in [0, 1] (membrane decay per step).")
         if self.rate_window < 1:
-            raise ValueError(f"rate_window={self.rate_window} must be >= 1 time step.")
+            raise ConfigError(f"rate_window={self.rate_window} must be >= 1 time step.")
         if self.scan not in SCANS:
-            raise ValueError(f"scan={self.scan!r} is not one of {sorted(SCANS)}; use 'parallel'.")
+            raise ConfigError(f"scan={self.scan!r} is not one of {sorted(SCANS)}; use 'parallel'.")
 
     @classmethod
     def preset(cls, name: str, **overrides) -> MambaSpikeConfig:
         """Sizes of the official code for 'nmnist', 'dvsgesture' or 'cifar10dvs', plus overrides."""
         if name not in PRESETS:
-            raise ValueError(f"preset {name!r} is unknown; expected one of {sorted(PRESETS)}.")
+            raise ConfigError(f"preset {name!r} is unknown; expected one of {sorted(PRESETS)}.")
         return replace(cls(), **{**PRESETS[name], **overrides})
 
     @property
@@ -186,7 +187,7 @@ class MambaSpike(nn.Module):
     def _check_input(self, x: torch.Tensor) -> None:
         expected = (self.cfg.in_channels, *self.cfg.input_hw)
         if x.dim() != 5 or tuple(x.shape[2:]) != expected:
-            raise ValueError(
+            raise ConfigError(
                 f"input of shape {tuple(x.shape)} does not match (B, T, {expected[0]}, "
                 f"{expected[1]}, {expected[2]}); build the config with input_hw equal to the "
                 "frame size the data produces (after DOWNSAMPLE)."

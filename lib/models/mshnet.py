@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lib.errors import ConfigError
+
 
 @dataclass
 class MSHNetConfig:
@@ -26,7 +28,7 @@ class MSHNetConfig:
 
     def __post_init__(self) -> None:
         if len(self.widths) != 5 or len(self.blocks) != 4:
-            raise ValueError(
+            raise ConfigError(
                 f"MSHNetConfig needs 5 widths and 4 block counts, got widths={self.widths} "
                 f"blocks={self.blocks}; use e.g. widths=(16, 32, 64, 128, 256), blocks=(2, 2, 2, 2)"
             )
@@ -127,7 +129,7 @@ class MSHNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         if x.shape[-1] % 16 or x.shape[-2] % 16:
-            raise ValueError(
+            raise ConfigError(
                 f"MSHNet input size {tuple(x.shape[-2:])} must be a multiple of 16 in height and "
                 "width (four 2x poolings); use a base/crop size such as 256"
             )

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from torch import nn
 from torchvision.models.resnet import BasicBlock, ResNet
 
+from lib.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class ResNetConfig:
@@ -20,7 +22,7 @@ class ResNetConfig:
 
     def __post_init__(self) -> None:
         if self.num_classes < 2 or self.in_channels < 1:
-            raise ValueError(f"ResNetConfig(num_classes={self.num_classes}, in_channels="
+            raise ConfigError(f"ResNetConfig(num_classes={self.num_classes}, in_channels="
                              f"{self.in_channels}): expected num_classes >= 2 and "
                              "in_channels >= 1.")
 

@@ -3,33 +3,33 @@
 from __future__ import annotations
 
 from lib.data.common import make_loader
-from lib.distributed import Dist
 from lib.session import Session
 from lib.train import Task, fit
 
 
-def split_loaders(s: Session, dist: Dist, train_set, test_set, collate_fn=None):
+def split_loaders(s: Session, train_set, test_set, collate_fn=None):
     """(train, test) loaders; the training set is sharded across processes, the test set not."""
-    seed = s.cfg.seed
+    seed, dist = s.cfg.seed, s.dist
     return (make_loader(train_set, s.batch_size, s.choice, train=True, seed=seed,
                         rank=dist.rank, world_size=dist.world_size, collate_fn=collate_fn),
             make_loader(test_set, s.batch_size, s.choice, train=False, seed=seed,
                         collate_fn=collate_fn))
 
 
-def train_task(s: Session, dist: Dist, loaders, task: Task, model_config: dict) -> list[dict]:
+def train_task(s: Session, loaders, task: Task, model_config: dict) -> list[dict]:
     """Fit `task` (resuming if a checkpoint exists) on this process's device; the history."""
     run = s.open_run(model_config)
     try:
         return fit(task, *loaders, s.choice, run, s.cfg.epochs, max_batches=s.max_batches,
-                   checkpoint_minutes=s.cfg.checkpoint_minutes, dist=dist, device=s.device)
+                   checkpoint_minutes=s.cfg.checkpoint_minutes, dist=s.dist, device=s.device)
     finally:
         run.close()
 
 
 def load_best_into(s: Session, task: Task, model_config: dict) -> dict:
-    """Load the run's best.pt into `task.model`; return the checkpoint state."""
+    """Load the run's best.pt (or, saying so, its newest loadable checkpoint) into
+    `task.model`; return the checkpoint state."""
     run = s.open_run(model_config)
-    state = run.checkpoints.load(run.checkpoints.dir / "best.pt")
+    state = run.checkpoints.best()
     task.model.load_state_dict(state["model"])
     return state

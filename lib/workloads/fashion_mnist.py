@@ -7,9 +7,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from lib.config import RunConfig
+from lib.config import ConfigError, RunConfig
 from lib.data import fashion
-from lib.distributed import Dist
 from lib.metrics import Accuracy
 from lib.models.cnn import CNN, CNNConfig
 from lib.session import Session
@@ -29,7 +28,7 @@ class FashionConfig(RunConfig):
 
     def validate(self) -> None:
         if not 0 < self.gamma <= 1:
-            raise ValueError(f"GAMMA={self.gamma!r} must be in (0, 1]; e.g. GAMMA = 0.7.")
+            raise ConfigError(f"GAMMA={self.gamma!r} must be in (0, 1]; e.g. GAMMA = 0.7.")
 
 
 def build_task(cfg: FashionConfig, device: torch.device) -> tuple[Task, dict]:
@@ -43,15 +42,15 @@ def build_task(cfg: FashionConfig, device: torch.device) -> tuple[Task, dict]:
     return task, asdict(model_cfg)
 
 
-def loaders(s: Session, dist: Dist = Dist()):
+def loaders(s: Session):
     """(train, test) loaders; the training set is sharded across processes."""
     train_set, test_set, _ = fashion.build_datasets(s.data_dir, s.cfg.sample_data)
-    return split_loaders(s, dist, train_set, test_set)
+    return split_loaders(s, train_set, test_set)
 
 
-def train(s: Session, dist: Dist = Dist()) -> list[dict]:
+def train(s: Session) -> list[dict]:
     """Train (resuming if a checkpoint exists) on this process's device; return the history."""
-    return train_task(s, dist, loaders(s, dist), *build_task(s.cfg, s.device))
+    return train_task(s, loaders(s), *build_task(s.cfg, s.device))
 
 
 def load_best(s: Session) -> tuple[Task, dict]:

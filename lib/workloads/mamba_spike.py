@@ -28,7 +28,6 @@ from lib.data.events import (
     pad_collate,
     warm_cache,
 )
-from lib.distributed import Dist
 from lib.metrics import Accuracy, ConfusionMatrix
 from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig, count_parameters, firing_rates
 from lib.plots import image_grid
@@ -52,6 +51,7 @@ class MambaSpikeRunConfig(RunConfig):
     """The official Mamba-Spike training defaults; framing and model sizes per dataset."""
 
     WORKLOAD = "mamba_spike"
+    SCHEDULE_SPANS_EPOCHS = True  # cosine annealing over all EPOCHS
 
     epochs: int = 100
     lr: float = 1e-3  # AdamW
@@ -157,15 +157,15 @@ def build_task(cfg: MambaSpikeRunConfig, device: torch.device) -> tuple[Task, di
     return task, asdict(model_cfg)
 
 
-def loaders(s: Session, dist: Dist = Dist()):
+def loaders(s: Session):
     """(train, test) loaders; the training set is sharded across processes."""
     train_set, test_set, info = datasets(s)
-    return split_loaders(s, dist, train_set, test_set, collate_fn(info))
+    return split_loaders(s, train_set, test_set, collate_fn(info))
 
 
-def train(s: Session, dist: Dist = Dist()) -> list[dict]:
+def train(s: Session) -> list[dict]:
     """Train (resuming if a checkpoint exists) on this process's device; return the history."""
-    return train_task(s, dist, loaders(s, dist), *build_task(s.cfg, s.device))
+    return train_task(s, loaders(s), *build_task(s.cfg, s.device))
 
 
 def load_best(s: Session) -> tuple[Task, dict]:

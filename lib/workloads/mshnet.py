@@ -14,7 +14,6 @@ import torch
 
 from lib.config import ConfigError, RunConfig
 from lib.data.irstd import PAPER_RESULTS, build_irstd_datasets, overlay
-from lib.distributed import Dist
 from lib.losses.sls import SLSLoss
 from lib.metrics_seg import SegMetrics, select_prediction
 from lib.models.mshnet import MSHNet, MSHNetConfig
@@ -70,10 +69,10 @@ class MSHNetRunConfig(RunConfig):
         base = self.base_size or default
         return base, self.crop_size or base
 
-    def paths(self) -> tuple[Path, Path]:
-        data, out = super().paths()
+    def paths(self, runtime: str) -> tuple[Path, Path]:
+        data, out = super().paths(runtime)
         if self.data_dir is None:
-            data = data_dir(self.runtime, self.sample_data, data)
+            data = data_dir(runtime, self.sample_data, data)
         return data, out
 
 
@@ -106,15 +105,15 @@ def build_task(cfg: MSHNetRunConfig, device: torch.device) -> tuple[Task, dict]:
     return task, asdict(model_cfg)
 
 
-def loaders(s: Session, dist: Dist = Dist()):
+def loaders(s: Session):
     """(train, test) loaders; the training set is sharded across processes."""
     train_set, test_set, _ = datasets(s)
-    return split_loaders(s, dist, train_set, test_set)
+    return split_loaders(s, train_set, test_set)
 
 
-def train(s: Session, dist: Dist = Dist()) -> list[dict]:
+def train(s: Session) -> list[dict]:
     """Train (resuming if a checkpoint exists) on this process's device; return the history."""
-    return train_task(s, dist, loaders(s, dist), *build_task(s.cfg, s.device))
+    return train_task(s, loaders(s), *build_task(s.cfg, s.device))
 
 
 def load_best(s: Session) -> tuple[Task, dict]:

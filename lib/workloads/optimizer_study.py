@@ -21,7 +21,6 @@ from lib import session
 from lib.config import ConfigError, RunConfig
 from lib.data.cifar import build_cifar_datasets, check_name, example_grid
 from lib.data.label_noise import NOISE_MODES
-from lib.distributed import Dist
 from lib.launch import launch
 from lib.metrics import Accuracy
 from lib.models.resnet import CifarResNet18, ResNetConfig
@@ -45,6 +44,8 @@ class OptimizerStudyConfig(RunConfig):
     """The study's parameters: the grid, the data and its label noise, the schedule."""
 
     WORKLOAD = "optimizer_study"
+    GRID = True  # OUT_DIR holds one run folder per (optimizer, seed)
+    SCHEDULE_SPANS_EPOCHS = True  # warm-up + cosine over all EPOCHS
 
     epochs: int = 200  # the study design: 200 epochs per run
     lr: float | None = None  # None: each optimizer's literature default
@@ -93,6 +94,20 @@ class OptimizerStudyConfig(RunConfig):
     def grid_seeds(self) -> list[int]:
         return [self.seed] if self.seed is not None else list(self.seeds)
 
+    @classmethod
+    def run_settings(cls) -> frozenset[str]:
+        # the grid's lists pick the cells; a cell is defined by its OPTIMIZER and SEED
+        return super().run_settings() | {"optimizers", "seeds"}
+
+    def cell(self, optimizer: str, seed: int, **changes) -> OptimizerStudyConfig:
+        """The config of one grid cell."""
+        return dataclasses.replace(self, optimizer=optimizer, seed=seed,
+                                   optimizers=[optimizer], seeds=[seed], **changes)
+
+    def experiments(self, global_batch: int) -> list[tuple[str, dict]]:
+        return [(spec.name, self.cell(spec.optimizer, spec.seed).identity(global_batch))
+                for spec in plan(self)]
+
     def hparams(self, optimizer: str) -> tuple[float, float]:
         """(lr, weight decay) of `optimizer`: LR / WEIGHT_DECAY, else its defaults."""
         return resolved_hparams(optimizer, self.lr, self.weight_decay)
@@ -105,11 +120,11 @@ def plan(cfg: OptimizerStudyConfig) -> list[RunSpec]:
 
 
 def run_session(s: Session, spec: RunSpec) -> Session:
-    """The session of one run: its optimizer and seed, OUT_DIR its own folder."""
-    cfg = dataclasses.replace(s.cfg, optimizer=spec.optimizer, seed=spec.seed,
-                              optimizers=[spec.optimizer], seeds=[spec.seed],
-                              out_dir=str(spec.dir(s.out_dir)))
-    return session.start(cfg, runtime=s.runtime, dist=s.dist, announce=False)
+    """The session of one run: its optimizer and seed, OUT_DIR its own folder (already
+    checked by the grid's session, and RESUME already applied to the grid's root)."""
+    cfg = s.cfg.cell(spec.optimizer, spec.seed, out_dir=str(spec.dir(s.out_dir)),
+                     resume="auto")
+    return session.start(cfg, runtime=s.runtime, dist=s.dist, announce=False, grid=False)
 
 
 def datasets(s: Session, seed: int | None = None):
@@ -134,13 +149,13 @@ def build_task(cfg: OptimizerStudyConfig, device: torch.device, num_classes: int
     return task, asdict(model_cfg)
 
 
-def train(s: Session, dist: Dist = Dist()) -> list[dict]:
+def train(s: Session) -> list[dict]:
     """Train one run of the grid (`run_session`), resuming if it has a checkpoint."""
     train_set, test_set, info = datasets(s)
-    loaders = split_loaders(s, dist, train_set, test_set)
+    loaders = split_loaders(s, train_set, test_set)
     steps = len(loaders[0]) if s.max_batches is None else min(len(loaders[0]), s.max_batches)
     task, model_config = build_task(s.cfg, s.device, info["num_classes"], steps)
-    return train_task(s, dist, loaders, task, model_config)
+    return train_task(s, loaders, task, model_config)
 
 
 def run_grid(s: Session) -> list[dict]:

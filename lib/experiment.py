@@ -1,0 +1,131 @@
+"""Which experiment a run folder holds, and whether this session may train in it.
+
+A run folder's `config.json` records, once, the experiment it holds: every parameter that
+changes what is computed (`RunConfig.identity`). A session whose experiment differs from a
+folder that already holds training (checkpoints, metrics or a finished marker) is refused
+before anything is read or written, with each changed parameter and the fixes in one line.
+`RESUME` says what a session does with a folder that holds training:
+
+- "auto": resume the same experiment, refuse another (the default);
+- "new": leave it as it is and start afresh in the first free `fresh-<n>` sub-folder;
+- "require": resume, and refuse when there is nothing to resume.
+
+Each session appends what it ran with (device, precision, batch, EPOCHS...) to
+`sessions.jsonl`, so settings that may change between sessions are recorded, not overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lib import atomic
+from lib.errors import ExperimentChanged, OutDirError
+
+CONFIG = "config.json"
+SESSIONS = "sessions.jsonl"
+FRESH = "fresh-"
+_TRAINED = ("metrics.jsonl", "DONE.json")
+# The global batch is recorded under its own name; BATCH_SIZE is the per-device parameter.
+_LABELS = {"global_batch_size": "BATCH_SIZE x devices (global batch)", "workload": "workload"}
+
+
+def holds_training(run_dir: Path) -> bool:
+    """True when `run_dir` holds something a run trained or recorded."""
+    run_dir = Path(run_dir)
+    ckpts = run_dir / "checkpoints"
+    return (any((run_dir / name).exists() for name in _TRAINED)
+            or (ckpts.is_dir() and any(p.suffix == ".pt" for p in ckpts.iterdir())))
+
+
+def read_config(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / CONFIG).read_text())
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+        return None
+
+
+def recorded(run_dir: Path, run_settings: frozenset[str]) -> dict | None:
+    """The experiment `run_dir` records; folders from before identities are read from the
+    parameters their config.json kept."""
+    config = read_config(run_dir)
+    if config is None:
+        return None
+    if "experiment" in config:
+        return config["experiment"]
+    resolved = config.get("resolved", {})
+    legacy = {k: v for k, v in config.items() if k not in run_settings and k != "resolved"}
+    if "batch_size" in resolved:
+        legacy["global_batch_size"] = resolved["batch_size"] * resolved.get("world_size", 1)
+    return legacy
+
+
+def changes(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
+    """(name, old, new) of each parameter that differs; names the old record lacks (added
+    to the project after it was written) are not differences."""
+    return [(k, old[k], new.get(k)) for k in old if old[k] != new.get(k)]
+
+
+def _label(name: str) -> str:
+    return _LABELS.get(name, name.upper())
+
+
+def describe(diff: list[tuple[str, Any, Any]]) -> str:
+    return ", ".join(f"{_label(k)} {old!r} -> {new!r}" for k, old, new in diff)
+
+
+def check_same(run_dir: Path, identity: dict, run_settings: frozenset[str]) -> None:
+    """Refuse, touching nothing, when `run_dir` holds training of another experiment."""
+    if not holds_training(run_dir):
+        return
+    old = recorded(run_dir, run_settings)
+    if old is None:
+        return  # trained before config.json existed: the checkpoint checks still apply
+    diff = changes(old, identity)
+    if diff:
+        raise ExperimentChanged(
+            f"OUT_DIR {str(run_dir)!r} holds a {old.get('workload', identity['workload'])} "
+            f"run with other defining parameters: {describe(diff)}. Nothing in it was "
+            "changed. To start afresh, set OUT_DIR to a new folder or RESUME = \"new\" (a new "
+            "sub-folder, the old run kept); to resume that run, restore those values.")
+
+
+def fresh_folder(out_dir: Path) -> Path:
+    """The first `fresh-<n>` sub-folder of `out_dir` that does not exist yet."""
+    n = 1
+    while (Path(out_dir) / f"{FRESH}{n}").exists():
+        n += 1
+    return Path(out_dir) / f"{FRESH}{n}"
+
+
+def resolve(out_dir: Path, runs: list[tuple[Path, dict]], resume: str,
+            run_settings: frozenset[str]) -> Path:
+    """The folder to train in, after the RESUME rule. `runs` are (run folder relative to
+    OUT_DIR, experiment identity): one for a single run ("."), one per cell for a grid."""
+    out_dir = Path(out_dir)
+    started = [rel for rel, _ in runs if holds_training(out_dir / rel)]
+    if resume == "new":
+        return fresh_folder(out_dir) if started else out_dir
+    if resume == "require" and len(started) < len(runs):
+        missing = [str(out_dir / rel) for rel, _ in runs if rel not in started]
+        raise OutDirError(
+            f"RESUME = \"require\" but {missing[0]!r}"
+            f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''} holds no run to "
+            "resume. Set OUT_DIR to the folder of the run to resume, or RESUME = \"auto\" to "
+            "start it.")
+    for rel, identity in runs:
+        check_same(out_dir / rel, identity, run_settings)
+    return out_dir
+
+
+def record(run_dir: Path, config: dict, identity: dict, session: dict) -> None:
+    """Write config.json if the folder has none (the experiment, once) and append this
+    session's settings to sessions.jsonl."""
+    run_dir = Path(run_dir)
+    if read_config(run_dir) is None or not holds_training(run_dir):
+        atomic.write_text(run_dir / CONFIG,
+                          json.dumps(dict(config, experiment=identity), indent=2,
+                                     sort_keys=True) + "\n")
+    with open(run_dir / SESSIONS, "a") as f:
+        f.write(json.dumps(session, sort_keys=True) + "\n")
