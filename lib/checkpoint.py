@@ -51,8 +51,11 @@ def reason(exc: BaseException) -> str:
     refusal advises `weights_only=False` (running the file's code): never pass that on."""
     text = " ".join(str(exc).split())
     if "weights_only" in text or "Weights only load failed" in text:
-        return ("it holds Python objects beyond tensors and plain values, so it is not a "
-                "checkpoint this project wrote (loading it would run code from the file)")
+        detail = re.search(r"WeightsUnpickler error:\s*(.*?)\s*(Check the documentation|$)",
+                           text)
+        what = detail.group(1).rstrip(".") if detail and detail.group(1) else "unknown content"
+        return (f"{type(exc).__name__}: not a checkpoint this project wrote ({what}); only "
+                "tensors and plain values are read, never code from a file")
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

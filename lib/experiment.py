@@ -120,10 +120,11 @@ def resolve(out_dir: Path, runs: list[tuple[Path, dict]], resume: str,
 
 
 def record(run_dir: Path, config: dict, identity: dict, session: dict) -> None:
-    """Write config.json if the folder has none (the experiment, once) and append this
+    """Write config.json while the folder holds no training yet (so the experiment is
+    recorded once, before its first step, and never rewritten after) and append this
     session's settings to sessions.jsonl."""
     run_dir = Path(run_dir)
-    if read_config(run_dir) is None or not holds_training(run_dir):
+    if not holds_training(run_dir):
         atomic.write_text(run_dir / CONFIG,
                           json.dumps(dict(config, experiment=identity), indent=2,
                                      sort_keys=True) + "\n")

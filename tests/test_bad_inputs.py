@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from lib.checkpoint import Checkpoints
+from lib.errors import UserError
 from tests.fault_harness import notebook_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,6 +162,53 @@ CASES = [
      _other_dataset, ["cifar100 is not in DATA_DIR", "cifar-100-python/", "point DATA_DIR"]),
     ("study-data-dir-is-file", "optimizer_study", dict(SAMPLE_DATA=False), _data_file,
      ["is a file", "set DATA_DIR to a folder"]),
+    # Names a workload does not know: a typo would otherwise train the defaults.
+    ("unknown-name", "fashion_mnist", dict(EPOCH=1), None,
+     ["unknown parameter EPOCH", "did you mean EPOCHS?", "GAMMA", "papermill -p"]),
+    ("mshnet-unknown-name", "mshnet", dict(WARMUP_EPOCHS=6), None,
+     ["unknown parameter WARMUP_EPOCHS for mshnet", "did you mean WARM_EPOCHS?"]),
+    ("mamba-unknown-name", "mamba_spike", dict(NTIME_BINS=100), None,
+     ["unknown parameter NTIME_BINS for mamba_spike", "did you mean N_TIME_BINS?"]),
+    ("study-unknown-name", "optimizer_study", dict(OPTIMISERS=["sgd"]), None,
+     ["unknown parameter OPTIMISERS", "did you mean OPTIMIZERS?"]),
+    ("unknown-name-far", "fashion_mnist", dict(MOMENTUM=0.9), None,
+     ["unknown parameter MOMENTUM", "Its parameters are PLATFORM, EPOCHS"]),
+    ("resume-value", "fashion_mnist", dict(RESUME="yes"), None,
+     ["unknown RESUME 'yes'", "['auto', 'new', 'require']"]),
+    ("device-number", "fashion_mnist", dict(DEVICE=0), None, ["DEVICE=0", "expected str"]),
+    ("device-upper", "fashion_mnist", dict(DEVICE="CUDA"), None,
+     ["unknown DEVICE 'CUDA'", 'DEVICE = "auto"']),
+    ("checkpoint-minutes-zero", "fashion_mnist", dict(CHECKPOINT_MINUTES=0), None,
+     ["CHECKPOINT_MINUTES=0", "must be > 0"]),
+    ("checkpoint-minutes-negative", "mshnet", dict(CHECKPOINT_MINUTES=-1.0), None,
+     ["CHECKPOINT_MINUTES=-1.0", "must be > 0"]),
+    ("smoke-batches-zero", "fashion_mnist", dict(SMOKE_BATCHES=0), None,
+     ["SMOKE_BATCHES=0", "must be > 0"]),
+    ("sample-data-text", "mshnet", dict(SAMPLE_DATA="yes"), None,
+     ["SAMPLE_DATA='yes'", "expected bool"]),
+    ("out-dir-number", "fashion_mnist", dict(OUT_DIR=3), None, ["OUT_DIR=3", "expected str"]),
+    ("data-dir-list", "mamba_spike", dict(DATA_DIR=["data"]), None,
+     ["DATA_DIR=['data']", "expected str or None"]),
+    ("mshnet-crop-size", "mshnet", dict(CROP_SIZE=8), None, ["CROP_SIZE=8", "multiple of 16"]),
+    ("mshnet-warm-negative", "mshnet", dict(WARM_EPOCHS=-1), None,
+     ["WARM_EPOCHS=-1", "must be >= 0"]),
+    ("mshnet-lr-zero", "mshnet", dict(LR=0.0), None, ["LR=0.0", "must be > 0"]),
+    ("mamba-downsample-zero", "mamba_spike", dict(DOWNSAMPLE=0), None,
+     ["DOWNSAMPLE=0", "positive integer or None"]),
+    ("mamba-dt-negative", "mamba_spike", dict(N_TIME_BINS=None, DT_US=-5), None,
+     ["DT_US=-5", "positive integer or None"]),
+    ("mamba-denoise-negative", "mamba_spike", dict(DENOISE_US=-1), None,
+     ["DENOISE_US=-1", "must be >= 0"]),
+    ("study-weight-decay", "optimizer_study", dict(WEIGHT_DECAY=-1e-4), None,
+     ["WEIGHT_DECAY=-0.0001", "must be >= 0"]),
+    ("study-warmup-negative", "optimizer_study", dict(WARMUP_EPOCHS=-1), None,
+     ["WARMUP_EPOCHS=-1", "must be >= 0"]),
+    ("study-seeds-negative", "optimizer_study", dict(SEEDS=[0, -1]), None,
+     ["SEEDS=[0, -1]", "negative seeds [-1]"]),
+    ("study-seeds-empty", "optimizer_study", dict(SEEDS=[]), None,
+     ["SEEDS=[]", "must not be empty"]),
+    ("study-optimizers-empty", "optimizer_study", dict(OPTIMIZERS=[]), None,
+     ["OPTIMIZERS=[]", "must not be empty"]),
 ]
 
 
@@ -200,7 +248,8 @@ def test_bad_input_gets_one_clear_message_and_checkpoints_are_untouched(case, tm
     with pytest.raises(Exception) as err:
         run_notebook(workload, params, tmp_path)
     message = str(err.value)
-    assert isinstance(err.value, (ValueError, FileNotFoundError, RuntimeError)), repr(err.value)
+    assert isinstance(err.value, UserError), repr(err.value)
+    assert err.value._render_traceback_() == [f"{type(err.value).__name__}: {message}"]
     assert "\n" not in message, message
     for part in parts:
         assert part in message, f"{part!r} not in {message!r}"
@@ -232,3 +281,76 @@ def test_resuming_with_another_model_config_stops_before_touching_anything(tmp_p
         run_notebook("fashion_mnist", params, tmp_path)
     assert {p.name: p.read_bytes() for p in (out / "checkpoints").iterdir()} == before
     shutil.rmtree(out)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+# A changed experiment in an old OUT_DIR: (id, workload, the first session's overrides, the
+# second session's, message parts). The first session records its experiment and leaves a
+# checkpoint; the second must be refused with every changed value, touching nothing.
+SMALL = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=1)
+CHANGED = [
+    ("changed-lr", "fashion_mnist", {}, dict(LR=0.1), ["LR 1.0 -> 0.1", 'RESUME = "new"']),
+    ("changed-seed", "fashion_mnist", dict(SEED=1), dict(SEED=2), ["SEED 1 -> 2", "new folder"]),
+    ("changed-batch", "fashion_mnist", dict(BATCH_SIZE=16), dict(BATCH_SIZE=8),
+     ["BATCH_SIZE x devices (global batch) 16 -> 8"]),
+    ("changed-sample", "fashion_mnist", {}, dict(SAMPLE_DATA=False, SMOKE=False),
+     ["SAMPLE_DATA True -> False", "SMOKE True -> False"]),
+    ("changed-gamma-two", "fashion_mnist", {}, dict(GAMMA=0.5, LR=0.5),
+     ["LR 1.0 -> 0.5", "GAMMA 0.7 -> 0.5"]),
+    ("mshnet-changed-warm", "mshnet", {}, dict(WARM_EPOCHS=2), ["WARM_EPOCHS 5 -> 2"]),
+    ("mshnet-changed-size", "mshnet", {}, dict(BASE_SIZE=32), ["BASE_SIZE None -> 32"]),
+    ("mamba-changed-width", "mamba_spike", {}, dict(D_MODEL=32), ["D_MODEL None -> 32"]),
+    ("mamba-changed-epochs", "mamba_spike", {}, dict(EPOCHS=3),
+     ["EPOCHS 1 -> 3"]),  # the cosine schedule spans EPOCHS: more epochs, another run
+    ("study-changed-warmup", "optimizer_study", dict(OPTIMIZERS=["sgd"], SEEDS=[0]),
+     dict(OPTIMIZERS=["sgd"], SEEDS=[0], WARMUP_EPOCHS=1),
+     ["cifar10-sgd-seed0-sym0.2", "WARMUP_EPOCHS 5 -> 1"]),
+]
+
+
+def _first_session(workload: str, params: dict) -> None:
+    """What a first session leaves in OUT_DIR: its recorded experiment and a checkpoint."""
+    import importlib
+
+    from lib import session
+
+    module = importlib.import_module(f"lib.workloads.{workload}")
+    cls = next(v for v in vars(module).values()
+               if isinstance(v, type) and getattr(v, "WORKLOAD", None) == workload)
+    cfg = cls.from_params(dict(PLATFORM="local_mps", DEVICE="cpu", **params))
+    s = session.start(cfg, announce=False)
+    runs = [s.out_dir / rel for rel, _ in cfg.experiments(s.global_batch)] if cfg.GRID else [
+        s.out_dir]
+    for run_dir in runs:
+        if cfg.GRID:
+            cell = cfg.cell(cfg.optimizers[0], cfg.seeds[0], out_dir=str(run_dir))
+            session.start(cell, announce=False, grid=False)
+        Checkpoints(run_dir / "checkpoints", workload, {}).save({"model": {}}, 1, 0)
+
+
+@pytest.mark.parametrize("case", CHANGED, ids=[c[0] for c in CHANGED])
+def test_a_changed_experiment_is_refused_and_out_dir_is_byte_identical(case, tmp_path):
+    _, workload, first, second, parts = case
+    base = dict(SMALL, DATA_DIR=str(tmp_path / "data"), OUT_DIR=str(tmp_path / "out"))
+    _first_session(workload, dict(base, **first))
+    before = _files(tmp_path / "out")
+    with pytest.raises(UserError) as err:
+        run_notebook(workload, dict(base, DEVICE="cpu", **second), tmp_path)
+    message = str(err.value)
+    assert type(err.value).__name__ == "ExperimentChanged" and "\n" not in message
+    for part in parts + ["holds a", "Nothing in it was changed", "restore those values"]:
+        assert part in message, f"{part!r} not in {message!r}"
+    assert _files(tmp_path / "out") == before
+
+
+def test_resume_require_with_nothing_to_resume_is_refused(tmp_path):
+    params = dict(SMALL, DATA_DIR=str(tmp_path / "d"), OUT_DIR=str(tmp_path / "out"),
+                  RESUME="require")
+    with pytest.raises(UserError, match=r'RESUME = "require" but .*out\' holds no run to '
+                                        r'resume.*RESUME = "auto"'):
+        run_notebook("fashion_mnist", params, tmp_path)
+    assert not (tmp_path / "out").exists()

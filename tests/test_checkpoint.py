@@ -96,3 +96,20 @@ def test_state_is_detached_and_copied_to_the_cpu_keeping_its_structure():
     assert out["a"][0].device.type == "cpu" and not out["a"][0].requires_grad
     assert isinstance(out["a"][1], tuple) and out["a"][1][1] == 3
     assert torch.equal(out["b"]["c"], torch.full((2,), 2.0)) and out["n"] == "x"
+
+
+class _Foreign:
+    """An object torch.load(weights_only=True) refuses to build."""
+
+
+def test_a_refused_pickle_is_explained_without_the_unsafe_advice(tmp_path):
+    from lib.checkpoint import reason
+
+    torch.save({"model": _Foreign()}, tmp_path / "x.pt")
+    with pytest.raises(Exception) as err:
+        torch.load(tmp_path / "x.pt", weights_only=True)
+    assert "weights_only" in str(err.value)  # torch's own text advises turning it off
+    text = reason(err.value)
+    assert "weights_only" not in text and "\n" not in text
+    assert text.startswith("UnpicklingError: not a checkpoint this project wrote (")
+    assert "_Foreign" in text  # what torch refused, so the user can tell whose file it is

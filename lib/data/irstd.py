@@ -175,8 +175,8 @@ def resolve_files(names: list[str], folder: Path, split: Path, kind: str) -> lis
     return [index[n] for n in names]
 
 
-def _size_error(image_path: Path, image_size, mask_path: Path, mask_size) -> ValueError:
-    return ValueError(
+def _size_error(image_path: Path, image_size, mask_path: Path, mask_size) -> DataError:
+    return DataError(
         f"image {str(image_path)!r} is {image_size[0]}x{image_size[1]} but its mask "
         f"{str(mask_path)!r} is {mask_size[0]}x{mask_size[1]}; a mask must have its "
         "image's size: replace the mask or drop the name from the split file."

@@ -1,0 +1,110 @@
+"""A run the user can trust, through papermill as a user runs it: a changed experiment, a
+misspelt parameter, RESUME, corrupt checkpoints, and errors that read as one line."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import papermill
+import pytest
+
+from lib.metrics import read_jsonl
+from tests.notebook_run import execute, stream_text
+
+pytestmark = pytest.mark.notebook
+SMALL = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=2)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One finished two-epoch fashion_mnist run on the sample; tests work on copies."""
+    tmp = tmp_path_factory.mktemp("trained")
+    execute("fashion_mnist", "local_mps", tmp, DATA_DIR=str(tmp / "data"),
+            OUT_DIR=str(tmp / "run"), **SMALL)
+    return tmp
+
+
+def _copy(trained: Path, tmp_path: Path) -> tuple[Path, dict]:
+    shutil.copytree(trained / "run", tmp_path / "run")
+    return tmp_path / "run", dict(SMALL, DATA_DIR=str(trained / "data"),
+                                  OUT_DIR=str(tmp_path / "run"))
+
+
+def _fails(tmp_path: Path, **params) -> papermill.PapermillExecutionError:
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        execute("fashion_mnist", "local_mps", tmp_path / "nb", **params)
+    return err.value
+
+
+def _error_outputs(path: Path) -> list[dict]:
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if o.get("output_type") == "error"]
+
+
+def test_a_changed_lr_stops_before_training_and_touches_nothing(trained, tmp_path):
+    run, params = _copy(trained, tmp_path)
+    before = _files(run)
+    err = _fails(tmp_path, **dict(params, LR=0.1, BATCH_SIZE=16, EPOCHS=5))
+    assert err.ename == "ExperimentChanged"
+    assert "LR 1.0 -> 0.1" in err.evalue and "(global batch) 32 -> 16" in err.evalue
+    assert _files(run) == before  # config.json, checkpoints, metrics.jsonl: byte-identical
+    # In the notebook the error is one line, not a traceback through lib.
+    (error,) = _error_outputs(tmp_path / "nb" / "local_mps-fashion_mnist.ipynb")
+    assert error["traceback"] == [f"ExperimentChanged: {err.evalue}"]
+
+
+def test_more_epochs_resume_the_same_experiment(trained, tmp_path):
+    run, params = _copy(trained, tmp_path)
+    nb = execute("fashion_mnist", "local_mps", tmp_path / "nb", **dict(params, EPOCHS=3))
+    assert "resumed from " + str(run / "checkpoints" / "ckpt-e0002-b000000.pt") in \
+        stream_text(nb)
+    assert [r["epoch"] for r in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3]
+    assert [s["epochs"] for s in read_jsonl(run / "sessions.jsonl")] == [2, 3]
+
+
+def test_a_misspelt_parameter_trains_nothing(tmp_path):
+    err = _fails(tmp_path, **dict(SMALL, OUT_DIR=str(tmp_path / "run"), EPOCH=1))
+    assert err.ename == "ConfigError"
+    assert "unknown parameter EPOCH for fashion_mnist: did you mean EPOCHS?" in err.evalue
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_new_starts_afresh_in_a_sub_folder_and_keeps_the_old_run(trained, tmp_path):
+    run, params = _copy(trained, tmp_path)
+    before = _files(run)
+    nb = execute("fashion_mnist", "local_mps", tmp_path / "nb",
+                 **dict(params, LR=0.5, RESUME="new"))
+    assert f"this one starts afresh in {run / 'fresh-1'}" in stream_text(nb)
+    assert {k: v for k, v in _files(run).items() if not k.startswith("fresh-1")} == before
+    assert [r["epoch"] for r in read_jsonl(run / "fresh-1" / "metrics.jsonl")] == [1, 2]
+
+
+def test_a_corrupt_best_checkpoint_falls_back_and_says_so(trained, tmp_path):
+    run, params = _copy(trained, tmp_path)
+    (run / "checkpoints" / "best.pt").write_bytes(b"not a checkpoint")
+    text = stream_text(execute("fashion_mnist", "local_mps", tmp_path / "nb", **params))
+    assert f"{run / 'checkpoints' / 'best.pt'} cannot be used (UnpicklingError" in text
+    assert f"using the newest loadable checkpoint instead, {run / 'checkpoints'}" in text
+    assert "weights_only" not in text
+
+
+def test_when_every_checkpoint_is_corrupt_training_restarts_and_says_so(trained, tmp_path):
+    run, params = _copy(trained, tmp_path)
+    old_metrics = (run / "metrics.jsonl").read_bytes()
+    for ckpt in (run / "checkpoints").glob("*.pt"):
+        ckpt.write_bytes(ckpt.read_bytes()[:500])  # cut, as after a lost sync
+    text = stream_text(execute("fashion_mnist", "local_mps", tmp_path / "nb", **params))
+    assert f"no loadable checkpoint in {run / 'checkpoints'} (2 unusable): starting from " \
+           "epoch 1" in text
+    assert "PytorchStreamReader failed reading zip archive: failed finding central " \
+           "directory" in text  # the reason, whole
+    assert (run / "metrics-before-restart-1.jsonl").read_bytes() == old_metrics
