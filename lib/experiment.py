@@ -125,8 +125,7 @@ def record(run_dir: Path, config: dict, identity: dict, session: dict) -> None:
     session's settings to sessions.jsonl."""
     run_dir = Path(run_dir)
     if not holds_training(run_dir):
-        atomic.write_text(run_dir / CONFIG,
-                          json.dumps(dict(config, experiment=identity), indent=2,
-                                     sort_keys=True) + "\n")
+        text = json.dumps(dict(config, experiment=identity), indent=2, sort_keys=True) + "\n"
+        atomic.write_bytes(run_dir / CONFIG, text.encode(), failpoint="experiment.record")
     with open(run_dir / SESSIONS, "a") as f:
         f.write(json.dumps(session, sort_keys=True) + "\n")

@@ -19,6 +19,7 @@ import torch
 from lib.metrics import read_jsonl
 from lib.study import read_results
 from tests.fault_harness import (
+    Kill,
     kill_points,
     notebook_script,
     run_with_kills,
@@ -136,3 +137,27 @@ def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_p
     run_with_kills(again)
     history = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert [r["epoch"] for r in history] == [1, 2, 3]
+
+
+def _files(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.parent.name != "tb"}
+
+
+def test_kills_around_the_refusal_path(tmp_path):
+    """Killed while it records its experiment and again mid-step, a run is still one run;
+    a changed run after it is refused, killed or not, and leaves every file as it was."""
+    extra = dict(EPOCHS=3, SMOKE_BATCHES=3)
+    same = params("fashion_mnist", tmp_path, "run", extra)
+    script = notebook_script("fashion_mnist", same, tmp_path / "same.py")
+    kills = [Kill("experiment.record@1"), Kill("train.step@4")]
+    outcome = run_with_kills(script, iter(kills), kills=2)
+    assert not outcome.finished_early and len(outcome.kills) == 2, outcome
+    assert [r["epoch"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
+    before = _files(tmp_path / "run")
+    changed = notebook_script("fashion_mnist", dict(same, LR=0.5), tmp_path / "changed.py")
+    with pytest.raises(RuntimeError, match=r"ExperimentChanged: OUT_DIR .* LR 1.0 -> 0.5"):
+        run_with_kills(changed, iter([Kill("train.step@1")]), kills=1)
+    with pytest.raises(RuntimeError, match=r"ExperimentChanged: OUT_DIR .* LR 1.0 -> 0.5"):
+        run_with_kills(changed)
+    assert _files(tmp_path / "run") == before
