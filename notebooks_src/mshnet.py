@@ -15,6 +15,12 @@
 # with the scale- and location-sensitive (SLS) loss after a soft-IoU warm-up, and scored by
 # mIoU, nIoU, the detection rate Pd and the false-alarm rate Fa.
 #
+# The defaults are the official code's: the warm-up runs 6 epochs (its `--warm-epoch 5`
+# trains while the epoch, counted from 0, is at most 5; `WARMUP_RULE = "paper"` gives the
+# paper's 5), and Fa counts false-alarm pixels as its `utils/metric.py` does (leaving out
+# those of a component whose area equals a found target's); the results table adds Fa over
+# every unmatched pixel, and the config printout and the table name any other deviation.
+#
 # **Data.** `DATASET` is `"IRSTD-1k"` or `"NUDT-SIRST"`, in the layout of the official code
 # (`images/`, `masks/`, `trainval.txt`, `test.txt`) or the raw IRSTD-1k release
 # (`IRSTD1k_Img/`, `IRSTD1k_Label/`), found in `DATA_DIR` or up to two folders below it:
