@@ -2,7 +2,8 @@
 
 All follow the Metric protocol (reset / update(output, target) / compute -> dict of floats).
 A prediction is ``logit > 0``, a target pixel is ``target > 0.5``. Units match the papers:
-mIoU, nIoU and Pd in percent, Fa in units of 1e-6. Every number is a sum over images divided
+mIoU, nIoU and Pd in percent, Fa (the official code's count) and Fa_all (every unmatched
+predicted pixel) in units of 1e-6. Every number is a sum over images divided
 at the end, so results do not depend on the batch size (the official Pd/Fa needs batch 1).
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 from scipy import ndimage
+
+from lib.losses.sls import OFFICIAL_WARMUP
 
 # 8-connectivity inside each image and none across the batch axis, so one scipy call labels a
 # whole batch and components never join two images.
@@ -89,12 +92,15 @@ def _components(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def match_targets(
     pred: np.ndarray, gt: np.ndarray, max_distance: float = 3.0
-) -> tuple[int, int, int]:
+) -> tuple[int, int, int, int]:
     """Greedy matching of target and predicted components of (B, H, W) bool masks.
 
     Targets are visited in raster order; each takes the first (raster-order) unused predicted
     component of its image whose centroid is closer than ``max_distance`` px, as the official
-    code does. Returns (targets, matched targets, pixels of unmatched predicted components).
+    code does. Returns (targets, matched targets, false-alarm pixels as the official code counts
+    them, pixels of all unmatched predicted components). The official count (utils/metric.py,
+    PD_FA.update) leaves out every unmatched component whose area equals the area of a matched
+    component of the same image.
     """
     g_img, g_xy, _ = _components(gt)
     p_img, p_xy, p_area = _components(pred)
@@ -106,15 +112,24 @@ def match_targets(
         free = np.flatnonzero(row & ~used)
         if free.size:
             used[free[0]] = True
-    return len(g_img), int(used.sum()), int(p_area[~used].sum())
+    matched_areas = set(zip(p_img[used].tolist(), p_area[used].tolist(), strict=True))
+    unmatched = np.flatnonzero(~used)
+    official = sum(int(p_area[j]) for j in unmatched
+                   if (int(p_img[j]), int(p_area[j])) not in matched_areas)
+    return len(g_img), int(used.sum()), official, int(p_area[~used].sum())
 
 
 class PdFaMetric:
-    """Pd = matched targets / targets (percent); Fa = unmatched predicted pixels / pixels (x1e-6).
+    """Pd = matched targets / targets (percent); Fa = false-alarm pixels / pixels (x1e-6).
 
+    "Fa" counts false-alarm pixels as the official code (utils/metric.py) does, for the table
+    beside the paper: unmatched predicted components, except those whose area equals a matched
+    component's area in the same image. "Fa_all" counts every unmatched predicted pixel. Both
+    divide by all pixels scored, as the official code's size * size * images. Pd is the
+    official value of one evaluation (its test mode); the official training log is not copied,
+    as its target counter is never reset and so divides by the targets of every evaluation so far.
     Connected components need scipy.ndimage.label, so ``update`` copies the binary masks to the
     CPU (one host sync per evaluation batch; acceptable for the test set, never in training).
-    Official quirk not copied: it drops unmatched components whose area equals a matched one's.
     """
 
     def __init__(self, max_distance: float = 3.0) -> None:
@@ -122,31 +137,36 @@ class PdFaMetric:
         self.reset()
 
     def reset(self) -> None:
-        self.targets = self.matched = self.false_pixels = self.pixels = 0
+        self.targets = self.matched = self.false_pixels = self.all_false_pixels = self.pixels = 0
 
     def update(self, output, target: torch.Tensor) -> None:
         pred, gt = _as_masks(select_prediction(output), target)
-        n, hit, false = match_targets(pred.cpu().numpy(), gt.cpu().numpy(), self.max_distance)
+        n, hit, false, every = match_targets(pred.cpu().numpy(), gt.cpu().numpy(),
+                                             self.max_distance)
         self.targets, self.matched = self.targets + n, self.matched + hit
         self.false_pixels += false
+        self.all_false_pixels += every
         self.pixels += pred.numel()
 
     def compute(self) -> dict[str, float]:
         pd = 100 * self.matched / self.targets if self.targets else float("nan")
-        fa = 1e6 * self.false_pixels / self.pixels if self.pixels else float("nan")
-        return {"Pd": pd, "Fa": fa}
+        if not self.pixels:
+            return {"Pd": pd, "Fa": float("nan"), "Fa_all": float("nan")}
+        return {"Pd": pd, "Fa": 1e6 * self.false_pixels / self.pixels,
+                "Fa_all": 1e6 * self.all_false_pixels / self.pixels}
 
 
 class SegMetrics:
     """mIoU, nIoU, Pd and Fa of an MSHNet output ``(fused, scales)`` or a bare logit map.
 
-    In the warm-up (``warm=True``, or ``set_epoch(e)`` with ``e < warm_epochs``) it scores
-    ``scales[0]``, the head the warm-up loss trains, as the official evaluation does; otherwise
-    ``fused``. With a loop that builds fresh metrics per evaluation, pass the loss's phase:
-    ``lambda: [SegMetrics(warm=loss.warm)]``.
+    In the warm-up (``warm=True``, or ``set_epoch(e)`` with ``e < warm_epochs``, by default the
+    official 6 epochs as `SLSLoss`) it scores ``scales[0]``, the head the warm-up loss trains,
+    as the official evaluation does; otherwise ``fused``. With a loop that builds fresh metrics
+    per evaluation, pass the loss's phase: ``lambda: [SegMetrics(warm=loss.warm)]``.
     """
 
-    def __init__(self, warm: bool = False, warm_epochs: int = 5, max_distance: float = 3.0):
+    def __init__(self, warm: bool = False, warm_epochs: int = OFFICIAL_WARMUP,
+                 max_distance: float = 3.0):
         self.warm_epochs = warm_epochs
         self.warm = warm
         self.parts = (IoUMetric(), PdFaMetric(max_distance))

@@ -29,6 +29,11 @@
 # frames is unrolled into the compiled graph, so the first steps compile longer the larger T
 # is; a smaller `N_TIME_BINS` (e.g. 100) starts faster.
 #
+# Frames keep the sensors' full size (128×128 for DVS Gesture and CIFAR10-DVS: the official
+# input and its 36.25 M parameters) where a training step fits the device's memory; otherwise
+# `DOWNSAMPLE = None` halves them, and the config printout says so and why. The printout and
+# the results table name every setting that differs from the official code.
+#
 # * **Resume is automatic**: re-run the notebook after a disconnect and training continues
 #   from the newest checkpoint in `OUT_DIR` (on Colab that folder is on your Drive).
 # * `SMOKE = True` trains a few batches per epoch; `SAMPLE_DATA = True` writes and uses a
@@ -45,7 +50,7 @@ DATASET = "nmnist"  # "nmnist", "dvsgesture" or "cifar10dvs"
 N_TIME_BINS = None  # frames per recording; None: the official 300 / 500 / 100 (or DT_US)
 DT_US = None  # instead of N_TIME_BINS: frames of this many microseconds (variable T)
 FIXED_T = None  # with DT_US: pad/crop every recording to this many frames (needed on TPU)
-DOWNSAMPLE = None  # spatial factor; None: 1 for N-MNIST, 2 for the 128×128 sensors
+DOWNSAMPLE = None  # spatial factor; None: 1 (official) if it fits the memory, else 2
 DENOISE_US = 10000  # drop events without a neighbour within this many µs; None: off
 EPOCHS = 100  # passes over the training set (the official 100-200)
 BATCH_SIZE = None  # None: the platform's default for DATASET (per device)
@@ -127,7 +132,8 @@ mamba_spike.firing_rate_figure(stats, s.out_dir / "firing_rates.png");
 # %%
 from lib.bootstrap import show_tensorboard
 
-table = mamba_spike.results_table(scores, stats, info, task, cfg.sample_data)
+table = mamba_spike.results_table(scores, stats, info, task, cfg.sample_data,
+                                  cfg.deviations())
 (s.out_dir / "results.md").write_text(table + "\n")
 print(f"best checkpoint: epoch {best['position'][0]} of {history[-1]['epoch']}")
 print(table)

@@ -15,6 +15,12 @@
 # with the scale- and location-sensitive (SLS) loss after a soft-IoU warm-up, and scored by
 # mIoU, nIoU, the detection rate Pd and the false-alarm rate Fa.
 #
+# The defaults are the official code's: the warm-up runs 6 epochs (its `--warm-epoch 5`
+# trains while the epoch, counted from 0, is at most 5; `WARMUP_RULE = "paper"` gives the
+# paper's 5), and Fa counts false-alarm pixels as its `utils/metric.py` does (leaving out
+# those of a component whose area equals a found target's); the results table adds Fa over
+# every unmatched pixel, and the config printout and the table name any other deviation.
+#
 # **Data.** `DATASET` is `"IRSTD-1k"` or `"NUDT-SIRST"`, in the layout of the official code
 # (`images/`, `masks/`, `trainval.txt`, `test.txt`) or the raw IRSTD-1k release
 # (`IRSTD1k_Img/`, `IRSTD1k_Label/`), found in `DATA_DIR` or up to two folders below it:
@@ -39,7 +45,8 @@ DATASET = "IRSTD-1k"  # "IRSTD-1k" or "NUDT-SIRST": picks the folder and the pap
 EPOCHS = 400  # passes over the training set (the paper's 400)
 BATCH_SIZE = None  # None: the platform's default (per device; the paper used 4)
 LR = 0.05  # Adagrad learning rate, constant (the paper's)
-WARM_EPOCHS = 5  # soft-IoU warm-up epochs before the SLS loss
+WARM_EPOCHS = 5  # soft-IoU warm-up W before the SLS loss (the official --warm-epoch 5)
+WARMUP_RULE = "official"  # "official": W + 1 epochs, as main.py; "paper": W epochs
 BASE_SIZE = None  # test images are resized to this; None: 256 (64 with SAMPLE_DATA)
 CROP_SIZE = None  # training crop after the random rescale; None: as BASE_SIZE
 SEED = 1  # fixes initialisation, shuffling and augmentation
@@ -106,7 +113,7 @@ mshnet.prediction_grid(task, test_set, s.device, path=s.out_dir / "predictions.p
 # %%
 from lib.bootstrap import show_tensorboard
 
-table = mshnet.results_table(scores, cfg.dataset, cfg.sample_data)
+table = mshnet.results_table(scores, cfg.dataset, cfg.sample_data, cfg.deviations())
 (s.out_dir / "results.md").write_text(table + "\n")
 print(f"best checkpoint: epoch {best['position'][0]} of {history[-1]['epoch']}")
 print(table)

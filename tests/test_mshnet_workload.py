@@ -28,6 +28,7 @@ def make(**changes) -> MSHNetRunConfig:
 def test_defaults_are_the_official_training():
     cfg = make()
     assert (cfg.epochs, cfg.lr, cfg.warm_epochs, cfg.dataset) == (400, 0.05, 5, "IRSTD-1k")
+    assert (cfg.warmup_rule, cfg.warmup_epochs()) == ("official", 6)  # main.py: epoch <= 5
     assert cfg.image_sizes() == (256, 256)
     assert make(SAMPLE_DATA=True).image_sizes() == (64, 64)  # CPU smoke runs take seconds
     assert make(BASE_SIZE=128).image_sizes() == (128, 128)
@@ -40,7 +41,10 @@ def test_defaults_are_the_official_training():
      r"unknown DATASET 'SIRST'; expected one of \['IRSTD-1k', 'NUDT-SIRST'\]"),
     (dict(BASE_SIZE=100), r"BASE_SIZE=100 must be a multiple of 16 .*BASE_SIZE = 256"),
     (dict(CROP_SIZE=8), r"CROP_SIZE=8 must be a multiple of 16 that is >= 16"),
-    (dict(WARM_EPOCHS=-1), r"WARM_EPOCHS=-1 must be >= 0 \(0: no warm-up\)"),
+    (dict(WARM_EPOCHS=-1), r"WARM_EPOCHS=-1 must be >= 0 \(with WARMUP_RULE = 'paper', 0: no "
+                           r"warm-up\)"),
+    (dict(WARMUP_RULE="text"), r"unknown WARMUP_RULE 'text'; expected one of \['official', "
+                               r"'paper'\]"),
     (dict(BASE_SIZE="256"), r"BASE_SIZE='256' has type str; expected int or None"),
 ])
 def test_bad_parameters_get_one_clear_message(changes, pattern):
@@ -65,30 +69,73 @@ def test_colab_and_local_use_the_platform_defaults(monkeypatch):
     assert make(PLATFORM="local_mps").paths() == default_dirs("mshnet", "local")
 
 
+def _phases(cfg: MSHNetRunConfig, epochs: int) -> list[bool]:
+    """Per 0-based epoch: is the built task's loss (and the metrics told its phase) warming up?"""
+    task, _ = build_task(cfg, torch.device("cpu"))
+    phases = []
+    for epoch in range(epochs):
+        task.loss_fn.set_epoch(epoch)
+        assert task.metrics()[0].warm == task.loss_fn.warm
+        phases.append(task.loss_fn.warm)
+    return phases
+
+
 def test_task_is_adagrad_monitoring_miou_with_metrics_in_the_losss_phase():
     task, model_config = build_task(make(LR=0.1, WARM_EPOCHS=2), torch.device("cpu"))
     assert isinstance(task.optimizer, torch.optim.Adagrad)
     assert task.optimizer.param_groups[0]["lr"] == 0.1 and task.scheduler is None
     assert (task.monitor, task.monitor_mode) == ("test_mIoU", "max")
-    phases = []
-    for epoch in (0, 1, 2, 7):
-        task.loss_fn.set_epoch(epoch)
-        phases.append(task.metrics()[0].warm)
-    assert phases == [True, True, False, False]
     rebuilt = MSHNet(MSHNetConfig(**model_config))  # what a checkpoint's model_config must allow
     rebuilt.load_state_dict(task.model.state_dict())
 
 
+def test_the_default_warm_up_is_the_official_loops_six_epochs():
+    # main.py trains epochs 0, 1, ... and uses the warm-up loss while epoch <= --warm-epoch (5)
+    assert _phases(make(), 8) == [True] * 6 + [False] * 2
+    assert _phases(make(WARM_EPOCHS=2), 4) == [True, True, True, False]
+    assert _phases(make(WARM_EPOCHS=0), 2) == [True, False]  # epoch 0 <= 0
+
+
+def test_the_papers_reading_warms_up_for_warm_epochs():
+    assert _phases(make(WARMUP_RULE="paper"), 8) == [True] * 5 + [False] * 3
+    assert _phases(make(WARMUP_RULE="paper", WARM_EPOCHS=2), 4) == [True, True, False, False]
+    assert _phases(make(WARMUP_RULE="paper", WARM_EPOCHS=0), 2) == [False, False]
+
+
+def test_the_official_defaults_have_no_deviations_and_each_change_is_named():
+    cfg = make(PLATFORM="local_mps")  # its default batch is the official 4
+    assert cfg.deviations() == []
+    assert str(cfg).endswith("warm-up: 6 epochs of soft-IoU\n"
+                             "  deviations from the official code: none")
+    found = make(PLATFORM="local_mps", WARMUP_RULE="paper", EPOCHS=10, BASE_SIZE=128,
+                 SMOKE=True).deviations()
+    assert found == ["EPOCHS = 10 (official: 400)",
+                     "WARMUP_RULE = 'paper': 5 warm-up epochs (official: WARM_EPOCHS + 1 = 6)",
+                     "BASE_SIZE/CROP_SIZE = 128/128 px (official: 256/256)",
+                     "SMOKE = True (6 batches per epoch)"]
+    assert make().deviations() == ["batch 8 (official: 4 on one GPU)"]  # kaggle_p100's default
+    assert make(PLATFORM="kaggle_t4x2", BATCH_SIZE=2).deviations() == [
+        "batch 2 per device x 2 devices (official: 4 on one GPU)"]
+    assert "deviations from the official code: WARMUP_RULE = 'paper'" in str(
+        make(PLATFORM="local_mps", WARMUP_RULE="paper"))
+
+
 def test_results_table_puts_the_run_beside_the_papers_row():
-    scores = {"test_mIoU": 12.345, "test_nIoU": 23.4, "test_Pd": 50.0, "test_Fa": 1234.5}
-    table = results_table(scores, "NUDT-SIRST", sample=True)
+    scores = {"test_mIoU": 12.345, "test_nIoU": 23.4, "test_Pd": 50.0, "test_Fa": 1234.5,
+              "test_Fa_all": 2000.0}
+    table = results_table(scores, "NUDT-SIRST", True, ["SMOKE = True (6 batches per epoch)"])
     lines = table.splitlines()
     assert lines[0] == "| | this run (offline sample) | MSHNet paper (NUDT-SIRST) |"
     assert "| mIoU (%) | 12.35 | 80.55 |" in lines
     assert "| nIoU (%) | 23.40 | - |" in lines  # the paper reports no nIoU
     assert "| Fa (x1e-6) | 1234.50 | 11.77 |" in lines
+    assert "| Fa, every unmatched pixel (x1e-6) | 2000.00 | - |" in lines
     assert f"| Pd (%) | 50.00 | {PAPER_RESULTS['NUDT-SIRST']['Pd']:.2f} |" in lines
-    assert "this run (IRSTD-1k)" in results_table(scores, "IRSTD-1k", sample=False)
+    assert lines[-1] == ("| deviations from the official code | SMOKE = True (6 batches per "
+                         "epoch) | - |")
+    table = results_table(scores, "IRSTD-1k", False, [])
+    assert "this run (IRSTD-1k)" in table
+    assert table.splitlines()[-1] == "| deviations from the official code | none | - |"
 
 
 class _Fixed(torch.nn.Module):

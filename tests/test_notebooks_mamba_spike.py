@@ -84,6 +84,13 @@ def test_notebook_trains_on_the_cpu(platform, dataset, tmp_path):
         "8 x 2 x 34 x 34" if dataset == "nmnist" else "8 x 2 x 16 x 16")
     assert f"| frames T x 2 x H x W | {frames}" in table
     assert "| layer3 firing rate / silent |" in table
+    deviations = table.splitlines()[-1]  # also in the config printout
+    assert deviations.startswith("| deviations from the official code | EPOCHS = 2 (official: "
+                                 "100 in train.py, 200 in train_<dataset>.py); ")
+    assert deviations.endswith("SMOKE = True (3 batches per epoch) | - |")
+    assert "deviations from the official code: EPOCHS = 2" in text
+    if dataset != "nmnist":
+        assert "DOWNSAMPLE = 8: 16x16 frames, not the official 128x128" in deviations
 
 
 def test_the_sample_is_learned_and_a_rerun_only_reads(tmp_path):

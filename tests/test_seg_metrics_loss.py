@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bench.bench_seg import random_batch, reference_loss, reference_metrics, reference_sls
-from lib.losses.sls import SLSLoss, sls_loss, soft_iou_loss
+from lib.losses.sls import SLSLoss, sls_loss, soft_iou_loss, warmup_length
 from lib.metrics_seg import IoUMetric, PdFaMetric, SegMetrics, select_prediction
 
 S = 32  # image side of the hand-built cases
@@ -45,6 +45,7 @@ def test_hand_built_cases_have_the_known_answers():
     assert result["nIoU"] == pytest.approx(100 * (0.5 + 0 + 4 / 9 + 4 / 18) / 4, rel=1e-6)
     assert result["Pd"] == pytest.approx(100 * 3 / 5)  # targets: 1 + 1 + 1 + 2, found 3
     assert result["Fa"] == pytest.approx(1e6 * 5 / PIXELS)  # only the 1x5 bar is unmatched
+    assert result["Fa_all"] == result["Fa"]  # its area (5) is no matched component's (9, 4, 9)
 
 
 @pytest.mark.parametrize("batch", [1, 2, 3])
@@ -86,7 +87,7 @@ def test_diagonal_pixels_are_one_component():
     gt[0, 0, 10, 10] = gt[0, 0, 11, 11] = 1  # touching corners: one target under 8-connectivity
     pred[0, 0, 10, 10] = pred[0, 0, 11, 11] = 1
     result = _run(PdFaMetric(), torch.where(pred > 0, 1.0, -1.0), gt, 1)
-    assert result == {"Pd": 100.0, "Fa": 0.0}
+    assert result == {"Pd": 100.0, "Fa": 0.0, "Fa_all": 0.0}
 
 
 def test_one_prediction_cannot_match_two_targets():
@@ -94,13 +95,64 @@ def test_one_prediction_cannot_match_two_targets():
     gt[0, 0, 10, 10] = gt[0, 0, 10, 13] = 1  # two targets 3 px apart
     pred[0, 0, 10, 11:13] = 1  # one component between them, 1.5 px from each
     result = _run(PdFaMetric(), torch.where(pred > 0, 1.0, -1.0), gt, 1)
-    assert result == {"Pd": 50.0, "Fa": 0.0}
+    assert result == {"Pd": 50.0, "Fa": 0.0, "Fa_all": 0.0}
+
+
+def _pd_fa(pred: torch.Tensor, gt: torch.Tensor, batch: int = 1) -> dict[str, float]:
+    return _run(PdFaMetric(), torch.where(pred > 0, 1.0, -1.0), gt, batch)
+
+
+# The official Fa (ying-fu/MSHNet utils/metric.py, PD_FA at threshold 0) sums the areas of the
+# predicted components whose area is not the area of a matched component of the same image,
+# and divides by size * size * images. Fa_all sums every unmatched component.
+def test_official_fa_drops_false_alarms_of_a_matched_components_area():
+    gt, pred = torch.zeros(1, 1, S, S), torch.zeros(1, 1, S, S)
+    _box(gt[0], 10, 10, 2, 2), _box(pred[0], 10, 10, 2, 2)  # matched, area 4
+    _box(pred[0], 20, 20, 2, 2)  # false alarm of area 4: the official count leaves it out
+    _box(pred[0], 2, 25, 1, 3)  # false alarm of area 3: counted by both
+    result = _pd_fa(pred, gt)
+    assert result["Pd"] == 100
+    assert result["Fa"] == pytest.approx(1e6 * 3 / (S * S))
+    assert result["Fa_all"] == pytest.approx(1e6 * (4 + 3) / (S * S))
+
+
+def test_official_fa_drops_every_single_pixel_alarm_beside_a_one_pixel_hit():
+    gt, pred = torch.zeros(1, 1, S, S), torch.zeros(1, 1, S, S)
+    gt[0, 0, 16, 16] = pred[0, 0, 16, 16] = 1  # a one-pixel target, found
+    for y, x in ((2, 2), (2, 30), (30, 2)):  # three isolated one-pixel false alarms
+        pred[0, 0, y, x] = 1
+    assert _pd_fa(pred, gt) == {"Pd": 100.0, "Fa": 0.0, "Fa_all": pytest.approx(1e6 * 3 / S**2)}
+
+
+def test_official_fa_compares_areas_within_an_image_only():
+    gt, pred = torch.zeros(2, 1, S, S), torch.zeros(2, 1, S, S)
+    _box(gt[0], 10, 10, 2, 2), _box(pred[0], 10, 10, 2, 2)  # image 0: a hit of area 4
+    gt[1, 0, 5, 5] = 1  # image 1: its target missed ...
+    _box(pred[1], 20, 20, 2, 2)  # ... and a false alarm of area 4, counted: no hit in image 1
+    for batch in (1, 2):
+        result = _pd_fa(pred, gt, batch)
+        assert result["Pd"] == 50
+        assert result["Fa"] == result["Fa_all"] == pytest.approx(1e6 * 4 / (2 * S * S))
+
+
+def test_official_fa_with_two_hits_keeps_only_areas_neither_hit_has():
+    gt, pred = torch.zeros(1, 1, S, S), torch.zeros(1, 1, S, S)
+    _box(gt[0], 2, 2, 2, 2), _box(pred[0], 2, 2, 2, 2)  # hit of area 4
+    _box(gt[0], 10, 10, 2, 3), _box(pred[0], 10, 10, 2, 3)  # hit of area 6
+    _box(pred[0], 20, 2, 2, 3)  # false, area 6: dropped by the official count
+    _box(pred[0], 20, 20, 1, 5)  # false, area 5: counted
+    result = _pd_fa(pred, gt)
+    assert result["Pd"] == 100
+    assert result["Fa"] == pytest.approx(1e6 * 5 / (S * S))
+    assert result["Fa_all"] == pytest.approx(1e6 * (6 + 5) / (S * S))
 
 
 def test_metrics_agree_with_the_per_sample_reference():
     logits, gt = random_batch(6, 64, seed=3)
     result = _run(SegMetrics(), logits, gt, batch=4)
-    assert result == pytest.approx(reference_metrics(logits, gt), rel=1e-6)
+    reference = reference_metrics(logits, gt)  # its Fa counts every unmatched pixel
+    reference["Fa_all"] = reference.pop("Fa")
+    assert {k: v for k, v in result.items() if k != "Fa"} == pytest.approx(reference, rel=1e-6)
 
 
 def test_warm_up_scores_the_full_scale_head_and_later_the_fused_map():
@@ -114,6 +166,22 @@ def test_warm_up_scores_the_full_scale_head_and_later_the_fused_map():
     metric.set_epoch(2)
     assert select_prediction(output, metric.warm) is wrong
     assert _run(SegMetrics(warm=True), output, gt, 4)["mIoU"] == pytest.approx(100 * 14 / 43)
+
+
+def test_the_default_phase_is_the_official_six_warm_up_epochs():
+    # main.py with --warm-epoch 5 trains 0-based epochs with the warm-up while epoch <= 5
+    loss, metric = SLSLoss(), SegMetrics()
+    phases = []
+    for epoch in range(8):
+        loss.set_epoch(epoch)
+        metric.set_epoch(epoch)
+        assert metric.warm == loss.warm
+        phases.append(loss.warm)
+    assert phases == [True] * 6 + [False] * 2
+    assert warmup_length(5) == warmup_length(5, "official") == 6
+    assert warmup_length(5, "paper") == 5 and warmup_length(0, "paper") == 0
+    with pytest.raises(ValueError, match="warm-up rule 'text' is unknown"):
+        warmup_length(5, "text")
 
 
 def test_metrics_built_from_the_losss_phase_follow_its_warm_up():

@@ -21,7 +21,8 @@ def tpu_run(tmp_path_factory):
     """The colab_tpu MSHNet notebook, three smoke epochs of the full SLS loss (no warm-up)."""
     tmp = tmp_path_factory.mktemp("tpu")
     nb = execute("mshnet", "colab_tpu", tmp, env={"PJRT_DEVICE": "CPU"}, SMOKE=True,
-                 SAMPLE_DATA=True, EPOCHS=3, WARM_EPOCHS=0, SMOKE_BATCHES=2, BATCH_SIZE=8,
+                 SAMPLE_DATA=True, EPOCHS=3, WARM_EPOCHS=0, WARMUP_RULE="paper",
+                 SMOKE_BATCHES=2, BATCH_SIZE=8,
                  DATA_DIR=str(tmp / "data"), OUT_DIR=str(tmp / "run"))
     return tmp, nb
 

@@ -20,6 +20,31 @@ from torch import nn
 
 _EPS = 1e-8  # the official code's smoothing inside the location term
 
+# How many soft-IoU warm-up epochs a warm-up setting W means. The official main.py trains
+# 0-based epochs and switches to SLS when `epoch > warm_epoch` (model/loss.py compares the
+# same way), so `--warm-epoch 5` warms up in epochs 0..5: six epochs. The paper's text reads
+# as W epochs.
+WARMUP_RULES = {
+    "official": "epochs 0..W (W + 1 epochs), as the official main.py's `epoch <= warm_epoch`",
+    "paper": "the first W epochs, as the paper's text reads",
+}
+OFFICIAL_WARM_EPOCH = 5  # main.py's --warm-epoch default
+
+
+def warmup_length(warm_epoch: int, rule: str = "official") -> int:
+    """Number of warm-up epochs for a setting W = ``warm_epoch`` under ``rule``.
+
+    "official": W + 1 (the official loop warms up while the 0-based epoch <= W);
+    "paper": W (0: no warm-up).
+    """
+    if rule not in WARMUP_RULES:
+        raise ValueError(f"warm-up rule {rule!r} is unknown; expected one of "
+                         f"{sorted(WARMUP_RULES)}")
+    return warm_epoch + 1 if rule == "official" else warm_epoch
+
+
+OFFICIAL_WARMUP = warmup_length(OFFICIAL_WARM_EPOCH)  # 6 epochs
+
 
 def _sums(prob: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Per-image |P|, |G| and I, each of shape (B,)."""
@@ -74,12 +99,12 @@ class SLSLoss(nn.Module):
 
     Epochs ``< warm_epochs`` (0-based, set by ``set_epoch``): soft-IoU on ``scales[0]`` only.
     Later: mean of the SLS loss on ``fused`` and on each ``scales[k]`` against the target
-    max-pooled k times. (The official code compares ``epoch > warm_epoch`` with 0-based epochs,
-    i.e. warm_epoch + 1 warm-up epochs; pass ``warm_epochs=6`` to match it exactly.)
-    A bare tensor output is treated as a single map (SLS after warm-up, soft-IoU before).
+    max-pooled k times. ``warm_epochs`` counts warm-up epochs; the default is the official
+    code's 6 (``warmup_length(5, "official")``: main.py's ``--warm-epoch 5``). A bare tensor
+    output is treated as a single map (SLS after warm-up, soft-IoU before).
     """
 
-    def __init__(self, warm_epochs: int = 5) -> None:
+    def __init__(self, warm_epochs: int = OFFICIAL_WARMUP) -> None:
         super().__init__()
         if warm_epochs < 0:
             raise ValueError(f"warm_epochs={warm_epochs} must be >= 0 (0 disables the warm-up)")

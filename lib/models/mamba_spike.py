@@ -218,3 +218,29 @@ def firing_rates(model: MambaSpike, x: torch.Tensor) -> dict[str, float]:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def parameter_count(cfg: MambaSpikeConfig) -> int:
+    """Parameters of `MambaSpike(cfg)` without allocating its input projection (33.5 M of the
+    36.25 M at 128x128): the model at 4x4 frames, plus the projection's missing rows."""
+    small = count_parameters(MambaSpike(replace(cfg, input_hw=(4, 4))))
+    h, w = cfg.feature_hw
+    return small + cfg.spike_channels * (h * w - 1) * cfg.d_model
+
+
+# Bytes autograd keeps per recording and frame for the backward pass in float32, measured here
+# (the saved tensors of a training forward on the CPU, tests/test_mamba_spike_model.py): about
+# 375 per input pixel (the 32-channel spiking layers at full and half resolution: currents,
+# pooling, membranes, surrogate inputs), 18 per element of the last layer's spikes, and 180 per
+# inner channel of each Mamba block at d_state 16 (the parallel scan's states).
+BYTES_PER_PIXEL, BYTES_PER_SPIKE, BYTES_PER_INNER = 375, 18, 180
+
+
+def activation_bytes(cfg: MambaSpikeConfig, batch: int, frames: int) -> int:
+    """Estimated float32 activation memory of one training step on `batch` recordings of
+    `frames` frames (weights, optimizer state and workspaces not included)."""
+    (h, w), (fh, fw) = cfg.input_hw, cfg.feature_hw
+    per_frame = (BYTES_PER_PIXEL * h * w * cfg.hidden_channels / 32
+                 + BYTES_PER_SPIKE * cfg.spike_channels * fh * fw
+                 + BYTES_PER_INNER * cfg.n_layers * cfg.expand * cfg.d_model * cfg.d_state / 16)
+    return round(batch * frames * per_frame)

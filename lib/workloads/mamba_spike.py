@@ -2,8 +2,11 @@
 
 The official recipe (ECNU-Cross-Innovation-Lab/Mamba-Spike): AdamW lr 1e-3, weight decay
 1e-4, gradient clipping at norm 1.0, cosine decay to 0.01 lr; batch 32 / 16 / 8 for N-MNIST /
-DVS Gesture / CIFAR10-DVS. The platform table's `mamba_spike` batch size is the DVS Gesture
-one (16 on a T4, the official value); the other datasets scale it by the official ratio.
+DVS Gesture / CIFAR10-DVS; 100 epochs (train.py) or 200 (train_<dataset>.py); the sensors'
+full 128x128 frames. The platform table's `mamba_spike` batch size is the DVS Gesture one (16 on a
+T4, the official value); the other datasets scale it by the official ratio. Every setting
+that differs from the official one is named by `MambaSpikeRunConfig.deviations()`, in the
+config printout and in the results table.
 """
 
 from __future__ import annotations
@@ -29,16 +32,33 @@ from lib.data.events import (
     warm_cache,
 )
 from lib.metrics import Accuracy, ConfusionMatrix
-from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig, count_parameters, firing_rates
+from lib.models.mamba_spike import (
+    PRESETS,
+    MambaSpike,
+    MambaSpikeConfig,
+    activation_bytes,
+    count_parameters,
+    firing_rates,
+    parameter_count,
+)
+from lib.platforms import PLATFORMS
 from lib.plots import image_grid
 from lib.session import Session
 from lib.train import Task, evaluate_on
 from lib.workloads.common import load_best_into, split_loaders, train_task
 
 BATCH_SCALE = {"nmnist": 2.0, "dvsgesture": 1.0, "cifar10dvs": 0.5}  # official 32 / 16 / 8
-# The 128x128 sensors at the official full size and T = 500 need far more than the 16 GB of a
-# T4, P100 or v5e chip; halving H and W quarters the front-end's activations.
-DEFAULT_DOWNSAMPLE = {"nmnist": 1, "dvsgesture": 2, "cifar10dvs": 2}
+OFFICIAL_BATCH = {"nmnist": 32, "dvsgesture": 16, "cifar10dvs": 8}
+OFFICIAL = {"lr": 1e-3, "weight_decay": 1e-4, "clip_grad": 1.0, "denoise_us": 10_000}
+OFFICIAL_EPOCHS = (100, 200)  # --epochs of train.py and of the per-dataset train_*.py scripts
+# DOWNSAMPLE = None keeps the sensors' full 128x128 frames (the official input) when a training
+# step's activations fit the device, else halves H and W, which quarters them. The official
+# DVS Gesture setting (T = 500, batch 16) needs ~36 GB in half precision at 128x128: more than
+# the 16 GB of a T4, P100 or v5e chip (a Mac is assumed alike).
+DEFAULT_DOWNSAMPLE = {"nmnist": 1, "dvsgesture": 2, "cifar10dvs": 2}  # when 128x128 does not fit
+DEVICE_MEMORY_GB = 16.0
+ACTIVATION_SHARE = 0.75  # of it for activations; weights, AdamW state and workspaces the rest
+HALF_PRECISION = 0.5  # fp16 / bf16 autocast keeps activations in 2 bytes, not float32's 4
 LR_FLOOR = 0.01  # cosine decays to this fraction of LR
 SPLIT_SEED = 42  # the official CIFAR10-DVS 90/10 split
 # Accuracy (%) reported by the authors: README of the official code (N-MNIST: repository only).
@@ -99,7 +119,8 @@ class MambaSpikeRunConfig(RunConfig):
         if name == "n_time_bins":
             return f"the official {OFFICIAL_TIME_BINS.get(self.dataset, '')}"
         if name == "downsample":
-            return f"{DEFAULT_DOWNSAMPLE.get(self.dataset, 1)} for this dataset"
+            return (f"the official 1 where it fits the device's memory, else "
+                    f"{DEFAULT_DOWNSAMPLE.get(self.dataset, 1)}")
         if name in ("dt_us", "fixed_t"):
             return "off"
         return "the dataset's preset size"
@@ -110,7 +131,7 @@ class MambaSpikeRunConfig(RunConfig):
         if bins is None and self.dt_us is None:
             bins = OFFICIAL_TIME_BINS[self.dataset]
         return dict(n_time_bins=bins, dt_us=self.dt_us, fixed_t=self.fixed_t,
-                    downsample=self.downsample or DEFAULT_DOWNSAMPLE[self.dataset],
+                    downsample=self.resolved_downsample(),
                     denoise_us=self.denoise_us or None)
 
     def resolved_batch_size(self) -> int:
@@ -119,11 +140,96 @@ class MambaSpikeRunConfig(RunConfig):
             return self.batch_size
         return max(1, round(super().resolved_batch_size() * BATCH_SCALE[self.dataset]))
 
-    def model_config(self) -> MambaSpikeConfig:
-        """The dataset's preset at the frame size the data produces, sizes overridden."""
-        hw = frame_hw(self.dataset, self.framing()["downsample"])
+    def model_config(self, downsample: int | None = None) -> MambaSpikeConfig:
+        """The dataset's preset at the frame size the data produces (or at `downsample`),
+        sizes overridden."""
+        hw = frame_hw(self.dataset, downsample or self.resolved_downsample())
         sizes = {k: getattr(self, k) for k in SIZE_OVERRIDES if getattr(self, k) is not None}
         return MambaSpikeConfig.preset(self.dataset, input_hw=hw, **sizes)
+
+    def frames(self) -> int | None:
+        """Frames per recording: N_TIME_BINS or the official count, FIXED_T; None if variable."""
+        if self.dt_us is not None:
+            return self.fixed_t
+        return self.n_time_bins or OFFICIAL_TIME_BINS[self.dataset]
+
+    def full_size_gb(self) -> float | None:
+        """Estimated activation memory (GB) of a training step at the full sensor size, with
+        this T and per-device batch, in half precision; None when T is variable."""
+        t = self.frames()
+        if t is None:
+            return None
+        cfg = self.model_config(downsample=1)
+        return HALF_PRECISION * activation_bytes(cfg, self.resolved_batch_size(), t) / 1e9
+
+    def resolved_downsample(self) -> int:
+        """DOWNSAMPLE, else 1 (the official full frames) where they fit, else the default."""
+        if self.downsample is not None:
+            return self.downsample
+        gb = self.full_size_gb()
+        if gb is not None and gb <= ACTIVATION_SHARE * DEVICE_MEMORY_GB:
+            return 1
+        return DEFAULT_DOWNSAMPLE[self.dataset]
+
+    def _downsample_deviation(self) -> str | None:
+        d = self.resolved_downsample()
+        if d == 1:
+            return None
+        (h, w), (fh, fw) = frame_hw(self.dataset, d), frame_hw(self.dataset, 1)
+        text = (f"DOWNSAMPLE = {d}: {h}x{w} frames, not the official {fh}x{fw} "
+                f"({parameter_count(self.model_config()) / 1e6:.2f} M parameters, not "
+                f"{parameter_count(self.model_config(downsample=1)) / 1e6:.2f} M)")
+        if self.downsample is not None:
+            return text
+        gb, budget = self.full_size_gb(), ACTIVATION_SHARE * DEVICE_MEMORY_GB
+        if gb is None:
+            return (f"{text}, because T varies (DT_US without FIXED_T) and the memory of the "
+                    "official size cannot be estimated; DOWNSAMPLE = 1 tries it")
+        return (f"{text}, because at T = {self.frames()} and batch "
+                f"{self.resolved_batch_size()} the official size needs about {gb:.0f} GB of "
+                f"activations, more than the {budget:.0f} GB of a {DEVICE_MEMORY_GB:.0f} GB "
+                "device left for them; "
+                "DOWNSAMPLE = 1 with a smaller N_TIME_BINS or BATCH_SIZE trains it")
+
+    def deviations(self) -> list[str]:
+        """Each setting that differs from the official code's, one phrase each."""
+        out = [f"{name.upper()} = {getattr(self, name)!r} (official: {OFFICIAL[name]!r})"
+               for name in ("lr", "weight_decay", "clip_grad")
+               if getattr(self, name) != OFFICIAL[name]]
+        if self.epochs not in OFFICIAL_EPOCHS:
+            out.insert(0, f"EPOCHS = {self.epochs} (official: 100 in train.py, 200 in "
+                          "train_<dataset>.py)")
+        if (self.denoise_us or None) != OFFICIAL["denoise_us"]:
+            out.append(f"DENOISE_US = {self.denoise_us!r} (official: 10000)")
+        official_t = OFFICIAL_TIME_BINS[self.dataset]
+        if self.dt_us is not None:
+            fixed = "" if self.fixed_t is None else f", FIXED_T = {self.fixed_t}"
+            out.append(f"DT_US = {self.dt_us}{fixed} (official: {official_t} frames spread "
+                       "over each recording)")
+        elif self.frames() != official_t:
+            out.append(f"N_TIME_BINS = {self.n_time_bins} (official: {official_t})")
+        out += [x for x in [self._downsample_deviation()] if x]
+        preset = PRESETS[self.dataset]
+        out += [f"{name.upper()} = {getattr(self, name)} (official: {preset[name]})"
+                for name in SIZE_OVERRIDES
+                if getattr(self, name) not in (None, preset[name])]
+        batch, devices = self.resolved_batch_size(), PLATFORMS[self.platform].devices
+        if (batch, devices) != (OFFICIAL_BATCH[self.dataset], 1):
+            per = f" per device x {devices} devices" if devices > 1 else ""
+            out.append(f"batch {batch}{per} (official: {OFFICIAL_BATCH[self.dataset]} on one GPU)")
+        if self.sample_data:
+            out.append("SAMPLE_DATA = True (the offline sample, not the dataset)")
+        if self.smoke:
+            out.append(f"SMOKE = True ({self.smoke_batches} batches per epoch)")
+        return out
+
+    def __str__(self) -> str:
+        h, w = frame_hw(self.dataset, self.resolved_downsample())
+        t = self.frames() or f"variable ({self.dt_us} us bins)"
+        found = self.deviations()
+        return (super().__str__() + f"\n  frames: {t} x 2 x {h} x {w}; model: "
+                f"{parameter_count(self.model_config()) / 1e6:.2f} M parameters"
+                + "\n  deviations from the official code: " + ("; ".join(found) or "none"))
 
 
 def cache_dir(s: Session) -> Path:
@@ -251,21 +357,26 @@ def firing_rate_figure(stats: dict, path: Path | None = None):
     return fig
 
 
-def results_table(scores: dict, stats: dict, info: dict, task: Task, sample: bool) -> str:
-    """Markdown table: accuracy beside the authors' figure, size, framing and sparsity."""
+def results_table(scores: dict, stats: dict, info: dict, task: Task, sample: bool,
+                  deviations: list[str]) -> str:
+    """Markdown table: accuracy beside the authors' figure, size, framing and sparsity; the
+    last row names each of `deviations` (`MambaSpikeRunConfig.deviations()`)."""
     name = info["name"]
     ours = "this run (offline sample)" if sample else f"this run ({name})"
     h, w = info["frame_hw"]
     frames = f"{info['T']} x 2 x {h} x {w}" if info["T"] is not None else (
         f"variable x 2 x {h} x {w} ({info['dt_us']} us bins)")
+    official = parameter_count(MambaSpikeConfig.preset(name))  # the sensor's full frames
+    sensor = "x".join(str(v) for v in MambaSpikeConfig.preset(name).input_hw)
     rows = [f"| | {ours} | Mamba-Spike, reported ({name}) |", "|---|---|---|",
             f"| test accuracy (%) | {100 * scores['test_accuracy']:.2f} | {REPORTED[name]} |",
             f"| balanced accuracy (%) | {100 * scores['test_balanced_accuracy']:.2f} | - |",
-            f"| parameters | {count_parameters(task.model) / 1e6:.3f} M | "
-            f"{'1.03 M' if name == 'nmnist' else '36 M'} |",
+            f"| parameters | {count_parameters(task.model) / 1e6:.2f} M | "
+            f"{official / 1e6:.2f} M (official code) |",
             f"| frames T x 2 x H x W | {frames} | "
-            f"{OFFICIAL_TIME_BINS[name]} x 2 x sensor |"]
+            f"{OFFICIAL_TIME_BINS[name]} x 2 x {sensor} |"]
     for layer in sorted({k.split("_")[0] for k in stats}):
         rows.append(f"| {layer} firing rate / silent | {stats[f'{layer}_rate']:.4f} / "
                     f"{stats[f'{layer}_silent']:.2f} | - |")
+    rows.append(f"| deviations from the official code | {'; '.join(deviations) or 'none'} | - |")
     return "\n".join(rows)
