@@ -52,21 +52,17 @@ def test_bad_parameters_get_one_clear_message(changes, pattern):
         make(**changes)
 
 
-def test_kaggle_reads_attached_datasets_and_writes_the_sample_where_it_can(monkeypatch):
-    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
-    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+def test_kaggle_reads_attached_datasets_and_writes_the_sample_where_it_can():
     working_data, working_runs = default_dirs("mshnet", "kaggle")
-    assert make().paths() == (KAGGLE_INPUT, working_runs)
-    assert make(SAMPLE_DATA=True).paths()[0] == working_data  # /kaggle/input is read-only
-    assert make(DATA_DIR="~/irstd").paths()[0] == Path("~/irstd").expanduser()
+    assert make().paths("kaggle") == (KAGGLE_INPUT, working_runs)
+    # /kaggle/input is read-only
+    assert make(SAMPLE_DATA=True).paths("kaggle")[0] == working_data
+    assert make(DATA_DIR="~/irstd").paths("kaggle")[0] == Path("~/irstd").expanduser()
 
 
-def test_colab_and_local_use_the_platform_defaults(monkeypatch):
-    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
-    monkeypatch.setenv("COLAB_RELEASE_TAG", "release")
-    assert make(PLATFORM="colab_t4").paths() == default_dirs("mshnet", "colab")
-    monkeypatch.delenv("COLAB_RELEASE_TAG")
-    assert make(PLATFORM="local_mps").paths() == default_dirs("mshnet", "local")
+def test_colab_and_local_use_the_platform_defaults():
+    assert make(PLATFORM="colab_t4").paths("colab") == default_dirs("mshnet", "colab")
+    assert make(PLATFORM="local_mps").paths("local") == default_dirs("mshnet", "local")
 
 
 def _phases(cfg: MSHNetRunConfig, epochs: int) -> list[bool]:
