@@ -90,5 +90,17 @@ def write_jsonl(path: Path, records: list[dict]) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The epoch records of a metrics.jsonl ([] if there is none), sorted by `epoch`, the
+    last record of a repeated epoch kept; a line cut by a kill is skipped (the epoch is
+    redone on resume). The one reader of the file, for the loop, the study and the CLI."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    by_epoch: dict = {}
+    for i, line in enumerate(path.read_text().splitlines()):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        by_epoch[record.get("epoch", i)] = record
+    return [by_epoch[k] for k in sorted(by_epoch)]

@@ -104,21 +104,6 @@ def run_status(run_dir: Path, epochs: int | None = None) -> str:
     return "partial" if started else "new"
 
 
-def read_history(run_dir: Path, filename: str = "metrics.jsonl") -> list[dict]:
-    """The run's epoch records sorted by `epoch`, the last record of any repeated epoch kept."""
-    path = Path(run_dir) / filename
-    if not path.exists():
-        return []
-    by_epoch: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a kill: the epoch is redone on resume
-            continue
-        by_epoch[int(record["epoch"])] = record
-    return [by_epoch[e] for e in sorted(by_epoch)]
-
-
 def _finite(values: Iterable) -> list[float]:
     return [float(v) for v in values if v is not None and math.isfinite(float(v))]
 

@@ -15,11 +15,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
+from lib.metrics import read_jsonl
 from lib.optim import OPTIMIZERS
 from lib.study import (
     collect_results,
     format_summary,
-    read_history,
     setting_tag,
     summarise,
     write_summary,
@@ -69,7 +69,8 @@ def plot_curves(out_dir: Path, rows: Sequence[dict],
     settings = len({k[:3] for k in groups})
     fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 3.8), squeeze=False)
     for (*_, optimizer), rs in groups.items():
-        histories = [h for h in (read_history(Path(out_dir) / r["run"]) for r in rs) if h]
+        runs = (Path(out_dir) / r["run"] / "metrics.jsonl" for r in rs)
+        histories = [h for h in map(read_jsonl, runs) if h]
         for ax, key in zip(axes[0], keys, strict=True):
             if not histories or not all(any(key in rec for rec in h) for h in histories):
                 continue

@@ -10,6 +10,7 @@ import matplotlib
 import numpy as np
 import pytest
 
+from lib.metrics import read_jsonl
 from lib.study import (
     RESULTS,
     RunSpec,
@@ -19,7 +20,6 @@ from lib.study import (
     is_finished,
     merge_rows,
     plan_runs,
-    read_history,
     read_results,
     run_result,
     run_status,
@@ -40,7 +40,8 @@ def _fake_run(out_dir, spec, accs, seconds=10.0):
     spec.dir(out_dir).mkdir(parents=True, exist_ok=True)
     (spec.dir(out_dir) / "metrics.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in history))
-    return finish_run(out_dir, spec, read_history(spec.dir(out_dir)), realised_noise=0.198,
+    history = read_jsonl(spec.dir(out_dir) / "metrics.jsonl")
+    return finish_run(out_dir, spec, history, realised_noise=0.198,
                       lr=0.1, weight_decay=5e-4)
 
 
@@ -65,13 +66,13 @@ def test_run_result_takes_best_final_and_summed_time():
                    weight_decay=0)
 
 
-def test_read_history_keeps_the_last_record_of_a_repeated_epoch(tmp_path):
+def test_the_metrics_reader_keeps_the_last_record_of_a_repeated_epoch(tmp_path):
     lines = [{"epoch": 1, "test_accuracy": 0.1}, {"epoch": 2, "test_accuracy": 0.2},
              {"epoch": 2, "test_accuracy": 0.25}]
     (tmp_path / "metrics.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in lines) + '{"epoch": 3, "test_acc')
-    assert [r["test_accuracy"] for r in read_history(tmp_path)] == [0.1, 0.25]
-    assert read_history(tmp_path / "missing") == []
+    assert [r["test_accuracy"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0.1, 0.25]
+    assert read_jsonl(tmp_path / "missing" / "metrics.jsonl") == []
 
 
 def test_status_goes_new_partial_finished(tmp_path):

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from contextlib import nullcontext
 from pathlib import Path
-from unittest import mock
 
 import h5py
 import numpy as np
@@ -256,11 +254,10 @@ def load_events(name: str, root: Path, train: bool | None, transform=None, *,
     if name == "cifar10dvs":
         _require_aedat()
     kwargs = {} if name == "cifar10dvs" else {"train": bool(train)}
-    # Only sample files skip tonic's "archive present and >= N files" download check.
-    gate = mock.patch.object(cls, "_check_exists", return_value=True) if sample else nullcontext()
+    if sample:  # only sample files skip tonic's "archive present and >= N files" check
+        cls = type(cls.__name__, (cls,), {"_check_exists": lambda self: True})
     try:
-        with gate:
-            ds = cls(str(root), transform=transform, **kwargs)
+        ds = cls(str(root), transform=transform, **kwargs)
     except (OSError, RuntimeError) as exc:  # the download failed or its md5 did not match
         raise DataNotFound(_missing_message(name, root, exc)) from None
     if len(ds) == 0:
