@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -80,8 +80,6 @@ class DeviceChoice:
     precision: Precision
     pin_memory: bool
     num_workers: int
-    world_size: int = 1
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def torch_device(self) -> torch.device:

@@ -16,10 +16,12 @@ import torch
 
 from lib import experiment
 from lib.config import RunConfig
+from lib.data.common import make_loader
 from lib.device import DeviceChoice, choose_device
 from lib.distributed import Dist
 from lib.platforms import Platform, detect_runtime, get_platform
 from lib.run import Run, check_writable
+from lib.train import Task, fit
 
 SMOKE_MAX_BATCH = 32  # smoke runs use small batches so the sample data holds several
 
@@ -58,6 +60,35 @@ class Session:
         """The run folder (checkpoints, metrics, TensorBoard); only the main process writes."""
         return Run(self.out_dir, self.cfg.WORKLOAD, model_config,
                    session_hours=self.platform.session_hours, main=self.dist.main)
+
+    # What every workload's `loaders` / `train` / `load_best` share ----------------------
+    def loaders(self, train_set, test_set, collate_fn=None):
+        """(train, test) loaders; the training set is sharded across processes, the test
+        set not."""
+        seed, dist = self.cfg.seed, self.dist
+        return (make_loader(train_set, self.batch_size, self.choice, train=True, seed=seed,
+                            rank=dist.rank, world_size=dist.world_size, collate_fn=collate_fn),
+                make_loader(test_set, self.batch_size, self.choice, train=False, seed=seed,
+                            collate_fn=collate_fn))
+
+    def fit(self, loaders, task: Task, model_config: dict) -> list[dict]:
+        """Train `task` in the run folder (resuming if it has a checkpoint) on this process's
+        device; the history."""
+        run = self.open_run(model_config)
+        try:
+            return fit(task, *loaders, self.choice, run, self.cfg.epochs,
+                       max_batches=self.max_batches,
+                       checkpoint_minutes=self.cfg.checkpoint_minutes, dist=self.dist,
+                       device=self.device)
+        finally:
+            run.close()
+
+    def load_best(self, task: Task, model_config: dict) -> dict:
+        """Load the run's best.pt (or, saying so, its newest loadable checkpoint) into
+        `task.model`; return the checkpoint state."""
+        state = self.open_run(model_config).checkpoints.best()
+        task.model.load_state_dict(state["model"])
+        return state
 
 
 def _device_count(choice: DeviceChoice, platform: Platform) -> int:

@@ -259,7 +259,8 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
                 f"({len(history)} epochs in the history)")
     else:
         run.keep_old_metrics()
-    run.begin(history, start_epoch)
+    run.begin(history, start_epoch)  # from here the run folder owns the history
+    history = run.history
     if start_epoch >= epochs:
         run.log(f"nothing to do: the checkpoint has {start_epoch} of {epochs} epochs")
         return history
@@ -291,12 +292,11 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
             task.scheduler.step()
         record.update(backend.epoch_stats(), device=choice.type, seconds=time.perf_counter() - t0,
                       samples_per_s=record["train_samples"] / max(train_seconds, 1e-9))
-        history.append(record)
         is_best = _improved(task, record.get(task.monitor), best)
         best = record.get(task.monitor) if is_best else best
-        run.save(_state(task, backend, history, best), epoch + 1, 0, best=is_best)
+        run.save(_state(task, backend, history + [record], best), epoch + 1, 0, best=is_best)
         last_save[0] = time.monotonic()
-        run.end_epoch(record, epochs, progress)
+        run.end_epoch(record, epochs, progress)  # appends it to the history
         if on_epoch is not None:
             on_epoch(record)
         start_batch, partial = 0, None

@@ -2,7 +2,7 @@
 
 Machines without torch_xla never import it (it costs seconds and, without a TPU, logs that
 it defaults to the CPU). Names are torch_xla 2.9's: `torch_xla.device()`, `torch_xla.sync()`,
-`torch_xla.runtime.world_size()`; `xm.optimizer_step`, `xm.save`, `xm.add_step_closure`.
+`torch_xla.runtime.world_size()`; `xm.optimizer_step`, `xm.save`.
 """
 
 from __future__ import annotations
@@ -62,10 +62,6 @@ def wrap_loader(loader, dev):
     return pl.MpDeviceLoader(loader, dev)
 
 
-def add_step_closure(fn, args=()) -> None:
-    """Run `fn(*args)` once the step's graph has executed (no extra host sync)."""
-    _, xm, _ = _tx()
-    xm.add_step_closure(fn, args=args)
 
 
 def world_size() -> int:
@@ -78,9 +74,6 @@ def ordinal() -> int:
     return xr.global_ordinal()
 
 
-def is_master() -> bool:
-    _, xm, _ = _tx()
-    return xm.is_master_ordinal()
 
 
 def all_reduce_sum(tensor):
@@ -88,9 +81,6 @@ def all_reduce_sum(tensor):
     return xm.all_reduce(xm.REDUCE_SUM, tensor)
 
 
-def wait_device_ops() -> None:
-    _, xm, _ = _tx()
-    xm.wait_device_ops()
 
 
 def compile_count() -> int:

@@ -13,7 +13,6 @@ from lib.metrics import Accuracy
 from lib.models.cnn import CNN, CNNConfig
 from lib.session import Session
 from lib.train import Task
-from lib.workloads.common import load_best_into, split_loaders, train_task
 
 
 @dataclass
@@ -45,16 +44,16 @@ def build_task(cfg: FashionConfig, device: torch.device) -> tuple[Task, dict]:
 def loaders(s: Session):
     """(train, test) loaders; the training set is sharded across processes."""
     train_set, test_set, _ = fashion.build_datasets(s.data_dir, s.cfg.sample_data)
-    return split_loaders(s, train_set, test_set)
+    return s.loaders(train_set, test_set)
 
 
 def train(s: Session) -> list[dict]:
     """Train (resuming if a checkpoint exists) on this process's device; return the history."""
-    return train_task(s, loaders(s), *build_task(s.cfg, s.device))
+    return s.fit(loaders(s), *build_task(s.cfg, s.device))
 
 
 def load_best(s: Session) -> tuple[Task, dict]:
     """The task with the best checkpoint's weights, on this session's device."""
     task, model_config = build_task(s.cfg, s.device)
-    state = load_best_into(s, task, model_config)
+    state = s.load_best(task, model_config)
     return task, state

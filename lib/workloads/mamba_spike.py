@@ -45,7 +45,6 @@ from lib.platforms import PLATFORMS
 from lib.plots import image_grid
 from lib.session import Session
 from lib.train import Task, evaluate_on
-from lib.workloads.common import load_best_into, split_loaders, train_task
 
 BATCH_SCALE = {"nmnist": 2.0, "dvsgesture": 1.0, "cifar10dvs": 0.5}  # official 32 / 16 / 8
 OFFICIAL_BATCH = {"nmnist": 32, "dvsgesture": 16, "cifar10dvs": 8}
@@ -266,18 +265,18 @@ def build_task(cfg: MambaSpikeRunConfig, device: torch.device) -> tuple[Task, di
 def loaders(s: Session):
     """(train, test) loaders; the training set is sharded across processes."""
     train_set, test_set, info = datasets(s)
-    return split_loaders(s, train_set, test_set, collate_fn(info))
+    return s.loaders(train_set, test_set, collate_fn(info))
 
 
 def train(s: Session) -> list[dict]:
     """Train (resuming if a checkpoint exists) on this process's device; return the history."""
-    return train_task(s, loaders(s), *build_task(s.cfg, s.device))
+    return s.fit(loaders(s), *build_task(s.cfg, s.device))
 
 
 def load_best(s: Session) -> tuple[Task, dict]:
     """The task with the best checkpoint's weights, on this session's device."""
     task, model_config = build_task(s.cfg, s.device)
-    state = load_best_into(s, task, model_config)
+    state = s.load_best(task, model_config)
     return task, state
 
 

@@ -23,7 +23,6 @@ from lib.platforms import PLATFORMS
 from lib.plots import image_grid
 from lib.session import Session
 from lib.train import Task, evaluate_on
-from lib.workloads.common import load_best_into, split_loaders, train_task
 
 KAGGLE_INPUT = Path("/kaggle/input")  # where Kaggle mounts attached datasets (read-only)
 PAPER_SIZE = 256  # base and crop size of the paper
@@ -146,18 +145,18 @@ def build_task(cfg: MSHNetRunConfig, device: torch.device) -> tuple[Task, dict]:
 def loaders(s: Session):
     """(train, test) loaders; the training set is sharded across processes."""
     train_set, test_set, _ = datasets(s)
-    return split_loaders(s, train_set, test_set)
+    return s.loaders(train_set, test_set)
 
 
 def train(s: Session) -> list[dict]:
     """Train (resuming if a checkpoint exists) on this process's device; return the history."""
-    return train_task(s, loaders(s), *build_task(s.cfg, s.device))
+    return s.fit(loaders(s), *build_task(s.cfg, s.device))
 
 
 def load_best(s: Session) -> tuple[Task, dict]:
     """The task with the best checkpoint's weights, its loss in that epoch's phase."""
     task, model_config = build_task(s.cfg, s.device)
-    state = load_best_into(s, task, model_config)
+    state = s.load_best(task, model_config)
     task.loss_fn.set_epoch(state["position"][0] - 1)  # position = epochs done
     return task, state
 

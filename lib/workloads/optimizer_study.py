@@ -36,7 +36,6 @@ from lib.run import format_hours
 from lib.session import Session
 from lib.study import RunSpec, finish_run, plan_runs, read_marker, run_status
 from lib.train import Task
-from lib.workloads.common import split_loaders, train_task
 
 
 @dataclass
@@ -152,10 +151,10 @@ def build_task(cfg: OptimizerStudyConfig, device: torch.device, num_classes: int
 def train(s: Session) -> list[dict]:
     """Train one run of the grid (`run_session`), resuming if it has a checkpoint."""
     train_set, test_set, info = datasets(s)
-    loaders = split_loaders(s, train_set, test_set)
+    loaders = s.loaders(train_set, test_set)
     steps = len(loaders[0]) if s.max_batches is None else min(len(loaders[0]), s.max_batches)
     task, model_config = build_task(s.cfg, s.device, info["num_classes"], steps)
-    return train_task(s, loaders, task, model_config)
+    return s.fit(loaders, task, model_config)
 
 
 def run_grid(s: Session) -> list[dict]:
