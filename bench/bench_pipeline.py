@@ -44,31 +44,32 @@ def _fashion(folder: Path):
 
 
 def _cifar(folder: Path):
-    from lib.data.cifar import build_cifar_datasets
+    from lib.data.cifar import build_datasets as cifar_datasets
     from lib.models.resnet import CifarResNet18
     from lib.optim import make_optimizer
 
-    train, _, _ = build_cifar_datasets("cifar10", folder, sample=True)
+    train, _, _ = cifar_datasets("cifar10", folder, sample=True)
     model = CifarResNet18()
     return train, None, model, F.cross_entropy, make_optimizer("sgd", model.parameters())
 
 
 def _irstd(folder: Path):
-    from lib.data.irstd import build_irstd_datasets
+    from lib.data.irstd import build_datasets as irstd_datasets
     from lib.losses.sls import SLSLoss
     from lib.models.mshnet import MSHNet
 
-    train, _, _ = build_irstd_datasets(folder, sample=True)
+    train, _, _ = irstd_datasets(folder, sample=True)
     model = MSHNet()
     return train, None, model, SLSLoss(warm_epochs=0), torch.optim.Adagrad(model.parameters(),
                                                                             lr=0.05)
 
 
 def _events(folder: Path):
-    from lib.data.events import build_event_datasets, collate_fn
+    from lib.data.events import build_datasets as event_datasets
+    from lib.data.events import collate_fn
     from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig
 
-    train, _, info = build_event_datasets("nmnist", folder, sample=True)
+    train, _, info = event_datasets("nmnist", folder, sample=True)
     model = MambaSpike(MambaSpikeConfig.preset("nmnist", input_hw=info["frame_hw"]))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
     return train, collate_fn(info), model, F.cross_entropy, opt
@@ -144,7 +145,7 @@ def framing(folder: Path, repeats: int = 3, counts=EVENT_COUNTS,
     a fresh cache folder per repeat; medians, per recording."""
     from torch.utils.data import DataLoader
 
-    from lib.data.events import build_event_datasets
+    from lib.data.events import build_datasets as event_datasets
     from lib.data.events_sample import write_nmnist_sample
 
     rows = []
@@ -153,7 +154,7 @@ def framing(folder: Path, repeats: int = 3, counts=EVENT_COUNTS,
         write_nmnist_sample(data / "sample", n_events=n_events)  # build_* then finds it there
         cold, warm, n = [], [], 0
         for r in range(repeats):
-            train, _, _ = build_event_datasets("nmnist", data, sample=True,
+            train, _, _ = event_datasets("nmnist", data, sample=True,
                                                cache_dir=data / f"cache-{r}")
             n = len(train)
             loader = DataLoader(train, batch_size=batch)

@@ -43,7 +43,7 @@ def setting_tag(dataset: str, noise_mode: str, label_noise: float) -> str:
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class GridCell:
     """One cell of the grid; its `name` is the run's folder under OUT_DIR."""
 
     dataset: str
@@ -66,17 +66,17 @@ class RunSpec:
 
 
 def row_key(row: dict) -> tuple:
-    """What identifies a run in results.csv (the RunSpec fields)."""
+    """What identifies a run in results.csv (the GridCell fields)."""
     return (row["dataset"], row["optimizer"], int(row["seed"]), row["noise_mode"],
             round(float(row["label_noise"]), 6))
 
 
 def plan_runs(dataset: str, optimizers: Sequence[str], seeds: Sequence[int],
-              label_noise: float, noise_mode: str = "symmetric") -> list[RunSpec]:
+              label_noise: float, noise_mode: str = "symmetric") -> list[GridCell]:
     """The grid OPTIMIZERS x SEEDS (optimizer-major, duplicates dropped); the names and
     values were validated with the config."""
     names = list(dict.fromkeys(optimizers))
-    return [RunSpec(dataset, o, int(s), float(label_noise), noise_mode)
+    return [GridCell(dataset, o, int(s), float(label_noise), noise_mode)
             for o in names for s in dict.fromkeys(seeds)]
 
 
@@ -108,7 +108,7 @@ def _finite(values: Iterable) -> list[float]:
     return [float(v) for v in values if v is not None and math.isfinite(float(v))]
 
 
-def run_result(spec: RunSpec, history: list[dict], *, realised_noise: float, lr: float,
+def run_result(spec: GridCell, history: list[dict], *, realised_noise: float, lr: float,
                weight_decay: float, wall_time_s: float | None = None,
                acc_key: str = "test_accuracy", time_key: str = "seconds") -> dict:
     """The results.csv row of a run from its epoch history.
@@ -208,7 +208,7 @@ def collect_results(out_dir: Path) -> list[dict]:
     return rows
 
 
-def finish_run(out_dir: Path, spec: RunSpec, history: list[dict], **result_kw) -> dict:
+def finish_run(out_dir: Path, spec: GridCell, history: list[dict], **result_kw) -> dict:
     """After `fit`: the row (see `run_result`), its DONE.json, results.csv updated."""
     row = run_result(spec, history, **result_kw)
     mark_finished(spec.dir(out_dir), row)

@@ -82,7 +82,7 @@ optimizer_study.noisy_examples(train_set, info["name"]);
 # schedule are in `lib/workloads/optimizer_study.py` and `lib/optim.py`.
 
 # %%
-rows = optimizer_study.run_grid(s)
+rows = optimizer_study.train_grid(s)
 
 # %% [markdown]
 # ## Results

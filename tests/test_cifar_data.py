@@ -12,10 +12,12 @@ from torch import nn
 
 from lib.data.cifar import (
     STATS,
-    build_cifar_datasets,
     example_grid,
     load_cifar,
     noise_pairs,
+)
+from lib.data.cifar import (
+    build_datasets as cifar_datasets,
 )
 from lib.data.cifar_sample import (
     CIFAR10_CLASSES,
@@ -111,27 +113,27 @@ def test_sample_writer_is_deterministic_and_writes_only_if_absent(tmp_path):
 
 def test_build_noises_train_labels_only_and_identically_per_seed(tmp_path):
     torch.manual_seed(0)
-    train, test, info = build_cifar_datasets("cifar10", tmp_path, True, 0.2, "symmetric", 5)
+    train, test, info = cifar_datasets("cifar10", tmp_path, True, 0.2, "symmetric", 5)
     torch.manual_seed(1)  # another optimizer's run: same seed, same labels
-    train2, _, info2 = build_cifar_datasets("cifar10", tmp_path, True, 0.2, "symmetric", 5)
+    train2, _, info2 = cifar_datasets("cifar10", tmp_path, True, 0.2, "symmetric", 5)
     assert train.targets == train2.targets and info["realised_noise"] == info2["realised_noise"]
     assert info["realised_noise"] == realised_rate(train.clean_targets, train.targets) > 0.1
     assert info["num_classes"] == 10 and info["train_size"] == 1000
     with open(tmp_path / "sample" / "cifar-10-batches-py" / "test_batch", "rb") as f:
         assert test.targets == pickle.load(f, encoding="latin1")["labels"]
     assert not hasattr(test, "clean_targets")
-    _, _, other = build_cifar_datasets("cifar10", tmp_path, True, 0.2, "symmetric", 6)
+    _, _, other = cifar_datasets("cifar10", tmp_path, True, 0.2, "symmetric", 6)
     assert other["realised_noise"] != info["realised_noise"]
 
 
 def test_build_cifar100_asymmetric(tmp_path):
-    train, _, info = build_cifar_datasets("CIFAR-100", tmp_path, True, 0.4, "asymmetric", 0)
+    train, _, info = cifar_datasets("CIFAR-100", tmp_path, True, 0.4, "asymmetric", 0)
     assert info["num_classes"] == 100 and info["classes"] == CIFAR100_CLASSES
     assert abs(info["realised_noise"] - 0.4) < 0.05  # every CIFAR-100 class is a source
 
 
 def test_transforms_augment_from_torch_rng_and_test_images_are_exact(tmp_path):
-    train, test, _ = build_cifar_datasets("cifar10", tmp_path, True)
+    train, test, _ = cifar_datasets("cifar10", tmp_path, True)
     draws = []
     for seed in (0, 0, 1):
         torch.manual_seed(seed)
@@ -164,7 +166,7 @@ def _stack(dataset):
 @pytest.mark.parametrize("name", ["cifar10", "cifar100"])
 def test_sample_classes_are_separable_after_augmentation(tmp_path, name, one_thread):
     torch.manual_seed(0)
-    train, test, info = build_cifar_datasets(name, tmp_path, True)
+    train, test, info = cifar_datasets(name, tmp_path, True)
     x, y = _stack(train)  # augmented: random crops and flips
     means = torch.stack([x[y == k].mean(0) for k in range(info["num_classes"])]).flatten(1)
     xt, yt = _stack(test)
@@ -174,7 +176,7 @@ def test_sample_classes_are_separable_after_augmentation(tmp_path, name, one_thr
 
 def test_cifar10_sample_is_learnt_by_a_small_cnn(tmp_path, one_thread):
     torch.manual_seed(0)
-    train, test, _ = build_cifar_datasets("cifar10", tmp_path, True)
+    train, test, _ = cifar_datasets("cifar10", tmp_path, True)
     net = nn.Sequential(
         nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4),
         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(),
@@ -194,11 +196,11 @@ def test_cifar10_sample_is_learnt_by_a_small_cnn(tmp_path, one_thread):
 
 def test_user_errors_name_the_value(tmp_path):
     with pytest.raises(ValueError, match="DATASET='mnist'"):
-        build_cifar_datasets("mnist", tmp_path, True)
+        cifar_datasets("mnist", tmp_path, True)
     with pytest.raises(FileNotFoundError, match=str(tmp_path / "empty")):
         load_cifar("cifar100", tmp_path / "empty", train=False, download=False)
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="is a file"):
         load_cifar("cifar10", tmp_path / "file", train=True, download=False)
     with pytest.raises(ValueError, match="NOISE_MODE"):
-        build_cifar_datasets("cifar10", tmp_path, True, 0.2, "uniform")
+        cifar_datasets("cifar10", tmp_path, True, 0.2, "uniform")

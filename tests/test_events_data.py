@@ -13,7 +13,6 @@ from lib.data import events_sample
 from lib.data.events import (
     FramesToTensor,
     SparseFrames,
-    build_event_datasets,
     cache_file,
     collate_fn,
     dense_frames,
@@ -21,6 +20,9 @@ from lib.data.events import (
     frame_picture,
     load_events,
     pad_collate,
+)
+from lib.data.events import (
+    build_datasets as event_datasets,
 )
 
 
@@ -52,7 +54,7 @@ def data_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("name", DATASETS)
 def test_sample_frames_shape_content_and_cache(name, data_dir):
-    train, test, info = build_event_datasets(name, data_dir, sample=True, **FRAMING[name])
+    train, test, info = event_datasets(name, data_dir, sample=True, **FRAMING[name])
     n_train, n_test, n_classes = SIZES[name]
     assert (len(train), len(test), info["num_classes"]) == (n_train, n_test, n_classes)
     h, w = frame_hw(name, FRAMING[name].get("downsample", 1))
@@ -74,7 +76,7 @@ def test_sample_frames_shape_content_and_cache(name, data_dir):
 @pytest.mark.parametrize("name", DATASETS)
 def test_samples_are_learnable_by_position(name, data_dir):
     """A nearest-class-mean classifier on time-summed frames beats chance by far."""
-    train, test, _ = build_event_datasets(name, data_dir, sample=True, **FRAMING[name])
+    train, test, _ = event_datasets(name, data_dir, sample=True, **FRAMING[name])
 
     def flat(ds):
         xs, ys = zip(*(ds[i] for i in range(len(ds))), strict=True)
@@ -127,9 +129,9 @@ def test_denoise_keeps_most_sample_events():
 
 @NEEDS_DV
 def test_cifar10dvs_split_is_seeded_disjoint_and_90_10(data_dir):
-    tr1, te1, _ = build_event_datasets("cifar10dvs", data_dir, sample=True, **FRAMING["cifar10dvs"])
-    tr2, te2, _ = build_event_datasets("cifar10dvs", data_dir, sample=True, **FRAMING["cifar10dvs"])
-    tr3, _, _ = build_event_datasets("cifar10dvs", data_dir, sample=True, seed=7,
+    tr1, te1, _ = event_datasets("cifar10dvs", data_dir, sample=True, **FRAMING["cifar10dvs"])
+    tr2, te2, _ = event_datasets("cifar10dvs", data_dir, sample=True, **FRAMING["cifar10dvs"])
+    tr3, _, _ = event_datasets("cifar10dvs", data_dir, sample=True, seed=7,
                                      **FRAMING["cifar10dvs"])
     assert (len(tr1), len(te1)) == (54, 6)
     assert tr1.indices == tr2.indices and te1.indices == te2.indices
@@ -139,11 +141,11 @@ def test_cifar10dvs_split_is_seeded_disjoint_and_90_10(data_dir):
 
 
 def test_dt_framing_gives_true_bins_and_fixed_t_pads_or_crops(data_dir):
-    train, _, info = build_event_datasets("nmnist", data_dir, sample=True, dt_us=50_000)
+    train, _, info = event_datasets("nmnist", data_dir, sample=True, dt_us=50_000)
     assert info["T"] is None and collate_fn(info) is pad_collate
     frames, _ = train[0]
     assert frames.shape[0] == 6  # 300 ms of events in 50 ms bins
-    fixed, _, info = build_event_datasets("nmnist", data_dir, sample=True, dt_us=50_000,
+    fixed, _, info = event_datasets("nmnist", data_dir, sample=True, dt_us=50_000,
                                           fixed_t=8)
     assert info["T"] == 8 and collate_fn(info) is None
     x = fixed[0][0]
@@ -160,7 +162,7 @@ def test_the_cache_holds_sparse_frames_that_read_back_exactly(data_dir):
     frames read from it equal tonic's framing of the recording (and old dense caches load)."""
     import h5py
 
-    train, _, _ = build_event_datasets("nmnist", data_dir, sample=True, n_time_bins=300)
+    train, _, _ = event_datasets("nmnist", data_dir, sample=True, n_time_bins=300)
     frames, _ = train[3]  # framed now and cached
     with h5py.File(cache_file(train, 3)) as f:
         stored = f["data/0"][()]
@@ -181,7 +183,7 @@ def test_the_fast_cache_read_gives_what_tonics_reader_gives_and_reframes_a_corru
     cannot read (cut short by a full disk, say) is framed and written again, not an error."""
     from tonic.cached_dataset import load_from_disk_cache
 
-    train, _, _ = build_event_datasets("nmnist", data_dir, sample=True, n_time_bins=30)
+    train, _, _ = event_datasets("nmnist", data_dir, sample=True, n_time_bins=30)
     assert isinstance(train, tonic.DiskCachedDataset)
     frames, label = train[5]  # framed and cached by tonic's own path
     data, target = load_from_disk_cache(str(cache_file(train, 5)))
@@ -215,20 +217,20 @@ def test_frame_picture_colours_polarities():
 
 def test_framing_and_name_errors_say_what_to_set(data_dir):
     with pytest.raises(ValueError, match="exactly one"):
-        build_event_datasets("nmnist", data_dir, sample=True, n_time_bins=10, dt_us=1000)
+        event_datasets("nmnist", data_dir, sample=True, n_time_bins=10, dt_us=1000)
     with pytest.raises(ValueError, match="FIXED_T"):
-        build_event_datasets("nmnist", data_dir, sample=True, dt_us=1000, static_shapes=True)
+        event_datasets("nmnist", data_dir, sample=True, dt_us=1000, static_shapes=True)
     with pytest.raises(ValueError, match="DOWNSAMPLE"):
-        build_event_datasets("nmnist", data_dir, sample=True, n_time_bins=10, downsample=0)
+        event_datasets("nmnist", data_dir, sample=True, n_time_bins=10, downsample=0)
     with pytest.raises(ValueError, match="DATASET"):
-        build_event_datasets("mnist", data_dir)
+        event_datasets("mnist", data_dir)
 
 
 def test_missing_real_data_raises_file_not_found_with_the_fix(tmp_path):
     offline = mock.patch.object(tonic.datasets.NMNIST, "download",
                                 side_effect=OSError("no network"))
     with offline, pytest.raises(FileNotFoundError, match="SAMPLE_DATA"):
-        build_event_datasets("nmnist", tmp_path, n_time_bins=10)
+        event_datasets("nmnist", tmp_path, n_time_bins=10)
 
 
 def test_cifar10dvs_without_aedat_says_what_to_install(tmp_path, monkeypatch):

@@ -14,13 +14,15 @@ from lib.data.irstd import (
     IMAGENET_STD,
     PAPER_RESULTS,
     IRSTDDataset,
-    build_irstd_datasets,
     denormalise,
     eval_transform,
     find_layout,
     overlay,
     to_tensors,
     train_transform,
+)
+from lib.data.irstd import (
+    build_datasets as irstd_datasets,
 )
 from lib.data.irstd_sample import LAYOUTS, write_irstd_sample
 
@@ -78,7 +80,7 @@ def test_the_folder_named_like_dataset_wins_and_the_sample_folder_is_never_taken
         write_irstd_sample(tmp_path / "input" / name, 2, 1, 32)
     assert find_layout(tmp_path / "input").name == "IRSTD-1k"  # the first in sorted order
     assert find_layout(tmp_path / "input", prefer="NUDT-SIRST").name == "NUDT-SIRST"
-    _, _, info = build_irstd_datasets(tmp_path / "input", False, 32, 32, dataset="NUDT-SIRST")
+    _, _, info = irstd_datasets(tmp_path / "input", False, 32, 32, dataset="NUDT-SIRST")
     assert info["root"] == str(tmp_path / "input" / "NUDT-SIRST")
     only_sample = tmp_path / "only"
     write_irstd_sample(only_sample / "sample" / "IRSTD-sample", 2, 1, 32)
@@ -91,17 +93,17 @@ def test_a_folder_of_the_other_dataset_is_an_error_an_unknown_one_takes_the_name
     write_irstd_sample(tmp_path / "NUDT-SIRST", 2, 1, 32)
     with pytest.raises(ValueError, match=r"DATASET='IRSTD-1k' but .*NUDT-SIRST'?, is NUDT-SIRST; "
                                          r"set DATASET = 'NUDT-SIRST'"):
-        build_irstd_datasets(tmp_path, False, 32, 32, dataset="IRSTD-1k")
+        irstd_datasets(tmp_path, False, 32, 32, dataset="IRSTD-1k")
     write_irstd_sample(tmp_path / "other" / "mine", 2, 1, 32)
-    _, _, info = build_irstd_datasets(tmp_path / "other", False, 32, 32, dataset="IRSTD-1k")
+    _, _, info = irstd_datasets(tmp_path / "other", False, 32, 32, dataset="IRSTD-1k")
     assert info["dataset"] == "IRSTD-1k" and info["paper"] == PAPER_RESULTS["IRSTD-1k"]
 
 
 def test_build_writes_the_sample_once_and_reports_what_it_read(tmp_path):
-    train, test, info = build_irstd_datasets(tmp_path, sample=True, base_size=64, crop_size=32)
+    train, test, info = irstd_datasets(tmp_path, sample=True, base_size=64, crop_size=32)
     split = Path(info["train_split"])
     stamp = split.stat().st_mtime_ns
-    _, _, again = build_irstd_datasets(tmp_path, sample=True, base_size=64, crop_size=32,
+    _, _, again = irstd_datasets(tmp_path, sample=True, base_size=64, crop_size=32,
                                        dataset="IRSTD-1k")
     assert split.stat().st_mtime_ns == stamp  # not rewritten
     assert info["dataset"] == "sample" and info["paper"] is None
@@ -189,12 +191,12 @@ def test_empty_split(copy):
 @pytest.mark.parametrize("size", [0, 100, 250])
 def test_sizes_that_do_not_suit_the_model(tmp_path, size):
     with pytest.raises(ValueError, match=f"base_size={size}.*multiple of 16"):
-        build_irstd_datasets(tmp_path, sample=True, base_size=size)
+        irstd_datasets(tmp_path, sample=True, base_size=size)
 
 
 def test_unknown_dataset_name(tmp_path):
     with pytest.raises(ValueError, match="dataset='SIRST'.*IRSTD-1k"):
-        build_irstd_datasets(tmp_path, sample=True, dataset="SIRST")
+        irstd_datasets(tmp_path, sample=True, dataset="SIRST")
 
 
 # ---------------------------------------------------------------- masks and transforms

@@ -10,7 +10,8 @@ import torch
 
 from lib.config import ConfigError
 from lib.data import events, events_sample
-from lib.data.events import build_event_datasets, cache_file, warm_cache
+from lib.data.events import build_datasets as event_datasets
+from lib.data.events import cache_file, warm_cache
 from lib.models.mamba_spike import MambaSpike, count_parameters
 from lib.workloads import mamba_spike as ms
 from lib.workloads.mamba_spike import MambaSpikeRunConfig, build_task
@@ -142,7 +143,7 @@ def test_task_is_adamw_with_clipping_and_a_cosine_to_one_percent():
 
 
 def _sample(tmp_path, **framing):
-    return build_event_datasets("nmnist", tmp_path, sample=True, n_time_bins=6, **framing)
+    return event_datasets("nmnist", tmp_path, sample=True, n_time_bins=6, **framing)
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -12,9 +12,9 @@ from lib.platforms import PLATFORMS
 from lib.workloads.optimizer_study import (
     OptimizerStudyConfig,
     build_task,
+    cell_session,
     datasets,
     plan,
-    run_session,
     study_eta,
 )
 
@@ -77,7 +77,7 @@ def test_one_seed_gives_every_optimizer_the_same_labels_and_initial_weights(tmp_
                            OUT_DIR=str(tmp_path / "out"), SEEDS=[0, 1]), announce=False)
     weights, labels = {}, {}
     for spec in plan(s.cfg):
-        rs = run_session(s, spec)
+        rs = cell_session(s, spec)
         assert rs.out_dir == tmp_path / "out" / spec.name and rs.cfg.optimizer == spec.optimizer
         train_set, test_set, _ = datasets(rs)
         labels[spec.name] = (list(train_set.targets), list(test_set.targets))

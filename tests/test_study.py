@@ -13,7 +13,7 @@ import pytest
 from lib.metrics import read_jsonl
 from lib.study import (
     RESULTS,
-    RunSpec,
+    GridCell,
     collect_results,
     finish_run,
     format_summary,
@@ -49,13 +49,13 @@ def test_plan_names_one_folder_per_optimizer_seed_and_noise():
     specs = plan_runs("cifar10", ["sgd", "lion", "sgd"], [0, 1, 1], 0.2)
     assert [s.name for s in specs] == ["cifar10-sgd-seed0-sym0.2", "cifar10-sgd-seed1-sym0.2",
                                        "cifar10-lion-seed0-sym0.2", "cifar10-lion-seed1-sym0.2"]
-    assert RunSpec("cifar100", "adamw", 2, 0.4, "asymmetric").name == \
+    assert GridCell("cifar100", "adamw", 2, 0.4, "asymmetric").name == \
         "cifar100-adamw-seed2-asym0.4"
-    assert RunSpec("cifar10", "adam", 0, 0.0).setting == "cifar10-sym0"
+    assert GridCell("cifar10", "adam", 0, 0.0).setting == "cifar10-sym0"
 
 
 def test_run_result_takes_best_final_and_summed_time():
-    spec = RunSpec("cifar10", "sgd", 0, 0.2)
+    spec = GridCell("cifar10", "sgd", 0, 0.2)
     row = run_result(spec, _history([0.3, 0.7, float("nan"), 0.6], seconds=15.0),
                      realised_noise=0.21, lr=0.1, weight_decay=5e-4)
     assert (row["best_test_accuracy"], row["best_epoch"]) == (0.7, 2)
@@ -76,7 +76,7 @@ def test_the_metrics_reader_keeps_the_last_record_of_a_repeated_epoch(tmp_path):
 
 
 def test_status_goes_new_partial_finished(tmp_path):
-    spec = RunSpec("cifar10", "adamw", 0, 0.2)
+    spec = GridCell("cifar10", "adamw", 0, 0.2)
     run_dir = spec.dir(tmp_path)
     assert run_status(run_dir) == "new"
     (run_dir / "checkpoints").mkdir(parents=True)
@@ -88,7 +88,7 @@ def test_status_goes_new_partial_finished(tmp_path):
 
 
 def test_collect_is_idempotent_and_keeps_rows_from_elsewhere(tmp_path):
-    a = RunSpec("cifar10", "sgd", 0, 0.2)
+    a = GridCell("cifar10", "sgd", 0, 0.2)
     _fake_run(tmp_path, a, [0.5, 0.6])
     first = (tmp_path / RESULTS).read_bytes()
     assert collect_results(tmp_path) == read_results(tmp_path / RESULTS)
@@ -105,7 +105,7 @@ def test_collect_is_idempotent_and_keeps_rows_from_elsewhere(tmp_path):
 
 def _one_invocation(out_dir, optimizer, seed, barrier):
     barrier.wait()  # all processes finish at the same moment: the worst case for the csv
-    _fake_run(out_dir, RunSpec("cifar10", optimizer, seed, 0.2), [0.4, 0.5 + seed / 10])
+    _fake_run(out_dir, GridCell("cifar10", optimizer, seed, 0.2), [0.4, 0.5 + seed / 10])
 
 
 def test_separate_processes_each_finishing_one_run_end_in_one_table(tmp_path):
@@ -150,8 +150,8 @@ def test_curve_band_is_mean_and_std_over_seeds():
 def test_report_writes_results_summary_and_figures(tmp_path):
     for opt, seed, accs in [("sgd", 0, [0.3, 0.6]), ("sgd", 1, [0.4, 0.7]),
                             ("lion", 0, [0.2, 0.5]), ("lion", 1, [0.3, 0.5])]:
-        _fake_run(tmp_path, RunSpec("cifar10", opt, seed, 0.2), accs)
-    _fake_run(tmp_path, RunSpec("cifar10", "sgd", 0, 0.4), [0.2, 0.3])  # another setting
+        _fake_run(tmp_path, GridCell("cifar10", opt, seed, 0.2), accs)
+    _fake_run(tmp_path, GridCell("cifar10", "sgd", 0, 0.4), [0.2, 0.3])  # another setting
     rep = report(tmp_path, "cifar10", "symmetric", 0.2)
     assert len(rep.rows) == 4 and len(rep.summary) == 3
     assert (tmp_path / "curves-cifar10-sym0.2.png").stat().st_size > 5000

@@ -20,7 +20,7 @@ import torch
 pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
-from lib.data.events import build_event_datasets  # noqa: E402
+from lib.data.events import event_datasets  # noqa: E402
 from lib.metrics import read_jsonl  # noqa: E402
 from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig  # noqa: E402
 from tests.notebook_run import execute, stream_text  # noqa: E402
@@ -61,7 +61,7 @@ def test_compilations_stop_after_the_first_epoch(tpu_run):
 
 def test_an_xla_checkpoint_gives_the_same_logits_on_a_plain_cpu(tpu_run):
     tmp, _ = tpu_run
-    _, test_set, _ = build_event_datasets("nmnist", tmp / "data", sample=True, n_time_bins=4,
+    _, test_set, _ = event_datasets("nmnist", tmp / "data", sample=True, n_time_bins=4,
                                        downsample=2)
     frames = torch.stack([test_set[i][0] for i in range(4)])
     on_cpu, on_xla = cpu_and_xla_outputs(lambda c: MambaSpike(MambaSpikeConfig(**c)),

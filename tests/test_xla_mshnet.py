@@ -9,7 +9,7 @@ import torch
 pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
-from lib.data.irstd import build_irstd_datasets  # noqa: E402
+from lib.data.irstd import irstd_datasets  # noqa: E402
 from lib.metrics import read_jsonl  # noqa: E402
 from lib.models.mshnet import MSHNet, MSHNetConfig  # noqa: E402
 from tests.notebook_run import execute, stream_text  # noqa: E402
@@ -49,7 +49,7 @@ def test_an_xla_checkpoint_gives_the_same_predictions_on_a_plain_cpu(tpu_run):
     """Same masks; logits equal up to float32 rounding, relative to their size (after six
     Adagrad steps, whose first moves every weight by lr, they are ~1e7 in eval mode)."""
     tmp, _ = tpu_run
-    _, test_set, _ = build_irstd_datasets(tmp / "data", True, 64, 64)
+    _, test_set, _ = irstd_datasets(tmp / "data", True, 64, 64)
     images = torch.stack([test_set[i][0] for i in range(4)])
     (on_cpu, _), (on_xla, _) = cpu_and_xla_outputs(lambda c: MSHNet(MSHNetConfig(**c)),
                                                    tmp / "run" / "checkpoints" / "best.pt",

@@ -9,7 +9,7 @@ import torch
 pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
-from lib.data.cifar import build_cifar_datasets  # noqa: E402
+from lib.data.cifar import cifar_datasets  # noqa: E402
 from lib.metrics import read_jsonl  # noqa: E402
 from lib.models.resnet import CifarResNet18, ResNetConfig  # noqa: E402
 from lib.study import read_results  # noqa: E402
@@ -52,7 +52,7 @@ def test_compilations_stop_after_the_first_epoch(tpu_run):
 
 def test_an_xla_checkpoint_gives_the_same_predictions_on_a_plain_cpu(tpu_run):
     tmp, _ = tpu_run
-    _, test_set, _ = build_cifar_datasets("cifar10", tmp / "data", True)
+    _, test_set, _ = cifar_datasets("cifar10", tmp / "data", True)
     images = torch.stack([test_set[i][0] for i in range(16)])
     on_cpu, on_xla = cpu_and_xla_outputs(lambda c: CifarResNet18(ResNetConfig(**c)),
                                          tmp / "study" / RUN / "checkpoints" / "best.pt", images)

@@ -122,7 +122,7 @@ def apply_label_noise(dataset, name: str, rate: float, mode: str, seed: int) -> 
     return realised
 
 
-def build_cifar_datasets(name: str, data_dir: Path, sample: bool, label_noise: float = 0.0,
+def build_datasets(name: str, data_dir: Path, sample: bool, label_noise: float = 0.0,
                          noise_mode: str = "symmetric", seed: int = 0, download: bool = True):
     """(train, test, info): noisy training labels, clean test labels.
 

@@ -273,7 +273,7 @@ def _cached(ds, cache_dir: Path, tag: str, fixed_t: int | None):
                       transform=FramesToTensor(fixed_t), target_transform=int, compress=False)
 
 
-def build_event_datasets(name: str, data_dir: Path, *, sample: bool = False,
+def build_datasets(name: str, data_dir: Path, *, sample: bool = False,
                          n_time_bins: int | None = None, dt_us: int | None = None,
                          fixed_t: int | None = None, downsample: int = 1,
                          denoise_us: int | None = 10_000, cache_dir: Path | None = None,

@@ -315,7 +315,7 @@ def _check_size(name: str, value: int) -> None:
         )
 
 
-def build_irstd_datasets(data_dir: str | Path, sample: bool, base_size: int = 256,
+def build_datasets(data_dir: str | Path, sample: bool, base_size: int = 256,
                          crop_size: int = 256, dataset: str | None = None):
     """(train_ds, test_ds, info) for an IRSTD folder, or for the sample written first.
 

@@ -24,12 +24,14 @@ from lib.config import ConfigError, RunConfig
 from lib.data.events import (
     NAMES,
     OFFICIAL_TIME_BINS,
-    build_event_datasets,
     collate_fn,
     frame_hw,
     frame_picture,
     pad_collate,
     warm_cache,
+)
+from lib.data.events import (
+    build_datasets as event_datasets,
 )
 from lib.metrics import Accuracy, ConfusionMatrix
 from lib.models.mamba_spike import (
@@ -125,7 +127,7 @@ class MambaSpikeRunConfig(RunConfig):
         return "the dataset's preset size"
 
     def framing(self) -> dict:
-        """Keyword arguments of `build_event_datasets`, defaults resolved."""
+        """Keyword arguments of `event_datasets`, defaults resolved."""
         bins = self.n_time_bins
         if bins is None and self.dt_us is None:
             bins = OFFICIAL_TIME_BINS[self.dataset]
@@ -243,7 +245,7 @@ def datasets(s: Session, warm: bool = False):
     """(train_set, test_set, info) of (frames (T, 2, H, W), label); `warm` frames every
     recording into the disk cache now. On XLA, T must be fixed (it raises otherwise)."""
     cfg = s.cfg
-    train, test, info = build_event_datasets(
+    train, test, info = event_datasets(
         cfg.dataset, s.data_dir, sample=cfg.sample_data, cache_dir=cache_dir(s), seed=SPLIT_SEED,
         static_shapes=s.choice.type == "xla", **cfg.framing())
     info["framed_now"] = warm_cache(train, test, workers=s.choice.num_workers) if warm else 0

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from lib.config import ConfigError, RunConfig
-from lib.data.irstd import PAPER_RESULTS, build_irstd_datasets, overlay
+from lib.data.irstd import PAPER_RESULTS, overlay
+from lib.data.irstd import build_datasets as irstd_datasets
 from lib.losses.sls import OFFICIAL_WARM_EPOCH, WARMUP_RULES, SLSLoss, warmup_length
 from lib.metrics_seg import SegMetrics, select_prediction
 from lib.models.mshnet import MSHNet, MSHNetConfig
@@ -121,7 +122,7 @@ def datasets(s: Session, check: bool = False):
     """
     cfg = s.cfg
     base, crop = cfg.image_sizes()
-    train_set, test_set, info = build_irstd_datasets(
+    train_set, test_set, info = irstd_datasets(
         s.data_dir, cfg.sample_data, base, crop, dataset=None if cfg.sample_data else cfg.dataset)
     if check:
         train_set.check_sizes()

@@ -19,7 +19,8 @@ from torch import nn
 
 from lib import session
 from lib.config import ConfigError, RunConfig
-from lib.data.cifar import build_cifar_datasets, check_name, example_grid
+from lib.data.cifar import build_datasets as cifar_datasets
+from lib.data.cifar import check_name, example_grid
 from lib.data.label_noise import NOISE_MODES
 from lib.launch import launch
 from lib.metrics import Accuracy
@@ -34,7 +35,7 @@ from lib.optim import (
 from lib.plots import image_grid
 from lib.run import format_hours
 from lib.session import Session
-from lib.study import RunSpec, finish_run, plan_runs, read_marker, run_status
+from lib.study import GridCell, finish_run, plan_runs, read_marker, run_status
 from lib.train import Task
 
 
@@ -112,13 +113,13 @@ class OptimizerStudyConfig(RunConfig):
         return resolved_hparams(optimizer, self.lr, self.weight_decay)
 
 
-def plan(cfg: OptimizerStudyConfig) -> list[RunSpec]:
+def plan(cfg: OptimizerStudyConfig) -> list[GridCell]:
     """The grid OPTIMIZERS x SEEDS at this LABEL_NOISE, one run folder each."""
     return plan_runs(cfg.dataset, cfg.grid_optimizers(), cfg.grid_seeds(), cfg.label_noise,
                      cfg.noise_mode)
 
 
-def run_session(s: Session, spec: RunSpec) -> Session:
+def cell_session(s: Session, spec: GridCell) -> Session:
     """The session of one run: its optimizer and seed, OUT_DIR its own folder (already
     checked by the grid's session, and RESUME already applied to the grid's root)."""
     cfg = s.cfg.cell(spec.optimizer, spec.seed, out_dir=str(spec.dir(s.out_dir)),
@@ -130,7 +131,7 @@ def datasets(s: Session, seed: int | None = None):
     """(train, test, info) with the training labels noised for `seed` (default: the run's)."""
     cfg = s.cfg
     seed = cfg.grid_seeds()[0] if seed is None else seed
-    return build_cifar_datasets(cfg.dataset, s.data_dir, cfg.sample_data, cfg.label_noise,
+    return cifar_datasets(cfg.dataset, s.data_dir, cfg.sample_data, cfg.label_noise,
                                 cfg.noise_mode, seed)
 
 
@@ -149,7 +150,7 @@ def build_task(cfg: OptimizerStudyConfig, device: torch.device, num_classes: int
 
 
 def train(s: Session) -> list[dict]:
-    """Train one run of the grid (`run_session`), resuming if it has a checkpoint."""
+    """Train one run of the grid (`cell_session`), resuming if it has a checkpoint."""
     train_set, test_set, info = datasets(s)
     loaders = s.loaders(train_set, test_set)
     steps = len(loaders[0]) if s.max_batches is None else min(len(loaders[0]), s.max_batches)
@@ -157,7 +158,7 @@ def train(s: Session) -> list[dict]:
     return s.fit(loaders, task, model_config)
 
 
-def run_grid(s: Session) -> list[dict]:
+def train_grid(s: Session) -> list[dict]:
     """Train every unfinished run of the grid, one after the other; their result rows.
 
     Each run trains through `launch` (all devices of the platform), then writes DONE.json
@@ -166,7 +167,7 @@ def run_grid(s: Session) -> list[dict]:
     rows, trained = [], []
     specs = plan(s.cfg)
     for i, spec in enumerate(specs, 1):
-        rs = run_session(s, spec)
+        rs = cell_session(s, spec)
         status = run_status(rs.out_dir, s.cfg.epochs)
         head = f"[{i}/{len(specs)}] {spec.name}"
         if status == "finished":
