@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from lib import atomic
 
@@ -31,47 +32,44 @@ def _logits(output):
 
 
 class Accuracy:
-    """Top-1 accuracy over an epoch: correct / seen, summed on the device."""
+    """Top-1 accuracy over an epoch (torchmetrics' micro-averaged MulticlassAccuracy: correct /
+    seen), summed on the device. Input checks are off: they read values back to the host."""
 
-    def __init__(self) -> None:
-        self.reset()
+    def __init__(self, num_classes: int) -> None:
+        self.metric = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
 
     def reset(self) -> None:
-        self.correct = self.seen = None
+        self.metric.reset()
 
     def update(self, output, target) -> None:
-        hits = (_logits(output).argmax(dim=-1) == target).sum()
-        n = torch.tensor(target.shape[0], device=target.device)
-        self.correct = hits if self.correct is None else self.correct + hits
-        self.seen = n if self.seen is None else self.seen + n
+        logits = _logits(output).detach()
+        self.metric.to(logits.device).update(logits, target)
 
     def compute(self) -> dict[str, float]:
-        if self.seen is None:
+        if not self.metric.update_called:
             return {"accuracy": float("nan")}
-        return {"accuracy": float(self.correct) / float(self.seen)}
+        return {"accuracy": float(self.metric.compute())}
 
 
 class ConfusionMatrix:
-    """Counts (target, prediction) pairs on the device; `matrix()` returns a CPU tensor."""
+    """Counts (target, prediction) pairs on the device (torchmetrics' MulticlassConfusionMatrix,
+    rows = targets); `matrix()` returns a CPU tensor."""
 
     def __init__(self, num_classes: int) -> None:
         self.num_classes = num_classes
-        self.reset()
+        self.metric = MulticlassConfusionMatrix(num_classes, validate_args=False)
 
     def reset(self) -> None:
-        self.counts = None
+        self.metric.reset()
 
     def update(self, output, target) -> None:
-        pred = _logits(output).argmax(dim=-1)
-        flat = target.long() * self.num_classes + pred.long()
-        c = torch.bincount(flat, minlength=self.num_classes**2)
-        self.counts = c if self.counts is None else self.counts + c
+        logits = _logits(output).detach()
+        self.metric.to(logits.device).update(logits, target)
 
     def matrix(self) -> torch.Tensor:
-        n = self.num_classes
-        if self.counts is None:
-            return torch.zeros(n, n, dtype=torch.long)
-        return self.counts.detach().cpu().view(n, n)
+        if not self.metric.update_called:
+            return torch.zeros(self.num_classes, self.num_classes, dtype=torch.long)
+        return self.metric.compute().detach().cpu().long()
 
     def compute(self) -> dict[str, float]:
         m = self.matrix().double()

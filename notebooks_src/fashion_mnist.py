@@ -82,7 +82,8 @@ training_curves(history, s.out_dir / "curves.png");
 task, best = fashion_mnist.load_best(s)
 _, test_loader = fashion_mnist.loaders(s)
 cm = ConfusionMatrix(info["num_classes"])
-scores = evaluate_on(task, test_loader, s.choice, [Accuracy(), cm], s.max_batches)
+scores = evaluate_on(task, test_loader, s.choice, [Accuracy(info["num_classes"]), cm],
+                     s.max_batches)
 confusion_matrix(cm.matrix(), info["classes"], s.out_dir / "confusion.png");
 print(f"best checkpoint (epoch {best['position'][0]}): test accuracy "
       f"{scores['test_accuracy']:.4f}")

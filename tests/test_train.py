@@ -51,7 +51,7 @@ def make_task(init_seed=0, interrupt_after=None, per_step=False):
                 raise KeyboardInterrupt("killed")
         return nn.functional.cross_entropy(out, y)
 
-    return Task(model, loss_fn, opt, metrics=lambda: [Accuracy()], scheduler=sched,
+    return Task(model, loss_fn, opt, metrics=lambda: [Accuracy(2)], scheduler=sched,
                 scheduler_interval="step" if per_step else "epoch")
 
 

@@ -73,7 +73,7 @@ def transfers(steps, out):
     torch.manual_seed(0)
     model = nn.Linear(10, 3)
     task = Task(model, nn.functional.cross_entropy, torch.optim.SGD(model.parameters(), 0.1),
-                metrics=lambda: [Accuracy()])
+                metrics=lambda: [Accuracy(10)])
     tl = make_loader(TensorDataset(x, y), 16, choice, train=True, seed=0)
     el = make_loader(TensorDataset(x, y), 16, choice, train=False, seed=0)
     before = (met.metric_data("TransferFromDeviceTime") or [0])[0]

@@ -36,8 +36,9 @@ def build_task(cfg: FashionConfig, device: torch.device) -> tuple[Task, dict]:
     model = CNN(model_cfg).to(device)
     optimizer = torch.optim.Adadelta(model.parameters(), lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=cfg.gamma)
-    task = Task(model, nn.functional.cross_entropy, optimizer, metrics=lambda: [Accuracy()],
-                scheduler=scheduler, monitor="test_accuracy")
+    task = Task(model, nn.functional.cross_entropy, optimizer,
+                metrics=lambda: [Accuracy(model_cfg.num_classes)], scheduler=scheduler,
+                monitor="test_accuracy")
     return task, asdict(model_cfg)
 
 

@@ -259,8 +259,9 @@ def build_task(cfg: MambaSpikeRunConfig, device: torch.device) -> tuple[Task, di
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs,
                                                            eta_min=LR_FLOOR * cfg.lr)
-    task = Task(model, nn.functional.cross_entropy, optimizer, metrics=lambda: [Accuracy()],
-                scheduler=scheduler, clip_grad=cfg.clip_grad, monitor="test_accuracy")
+    task = Task(model, nn.functional.cross_entropy, optimizer,
+                metrics=lambda: [Accuracy(model_cfg.n_classes)], scheduler=scheduler,
+                clip_grad=cfg.clip_grad, monitor="test_accuracy")
     return task, asdict(model_cfg)
 
 
@@ -285,7 +286,7 @@ def load_best(s: Session) -> tuple[Task, dict]:
 def evaluate_test(s: Session, task: Task, test_loader, n_classes: int):
     """(scores, confusion matrix (K, K) CPU tensor) of `task` on the test loader."""
     cm = ConfusionMatrix(n_classes)
-    scores = evaluate_on(task, test_loader, s.choice, [Accuracy(), cm], s.max_batches)
+    scores = evaluate_on(task, test_loader, s.choice, [Accuracy(n_classes), cm], s.max_batches)
     return scores, cm.matrix()
 
 

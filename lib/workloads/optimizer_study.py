@@ -144,8 +144,9 @@ def build_task(cfg: OptimizerStudyConfig, device: torch.device, num_classes: int
     optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr, weight_decay)
     total = cfg.epochs * steps_per_epoch
     scheduler = warmup_cosine(optimizer, total, min(cfg.warmup_epochs * steps_per_epoch, total))
-    task = Task(model, nn.functional.cross_entropy, optimizer, metrics=lambda: [Accuracy()],
-                scheduler=scheduler, scheduler_interval="step", monitor="test_accuracy")
+    task = Task(model, nn.functional.cross_entropy, optimizer,
+                metrics=lambda: [Accuracy(num_classes)], scheduler=scheduler,
+                scheduler_interval="step", monitor="test_accuracy")
     return task, asdict(model_cfg)
 
 
