@@ -84,6 +84,7 @@ class Checkpoints:
         self.keep = keep
         self.after_write = after_write or (lambda path: None)
         self.log = log
+        self.loaded: Path | None = None  # the file `latest` returned
 
     def paths(self) -> list[Path]:
         """Position checkpoints, newest first."""
@@ -141,6 +142,7 @@ class Checkpoints:
                 continue
             why = self._check(state, path)
             if why is None:
+                self.loaded = path  # which file, for the "resumed from" line
                 return state
             self.log(f"checkpoint {path.name} skipped: {why}")
         return None

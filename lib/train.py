@@ -255,7 +255,7 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
         _restore(task, backend, state)
         history, best, partial = state["history"], state["best"], state["partial"]
         start_epoch, start_batch = state["position"]
-        run.log(f"resumed from {run.checkpoints.dir / 'ckpt'}… at epoch {start_epoch}, "
+        run.log(f"resumed from {run.checkpoints.loaded} at epoch {start_epoch}, "
                 f"batch {start_batch} ({len(history)} epochs in the history)")
     run.begin(history, start_epoch)
     if start_epoch >= epochs:

@@ -83,7 +83,7 @@ def test_results_table_puts_the_run_beside_the_papers_row():
     scores = {"test_mIoU": 12.345, "test_nIoU": 23.4, "test_Pd": 50.0, "test_Fa": 1234.5}
     table = results_table(scores, "NUDT-SIRST", sample=True)
     lines = table.splitlines()
-    assert lines[0] == "| | this run (offline sample) | MSHNet paper (NUDT-SIRST) |"
+    assert lines[0] == "| | this run (synthetic sample) | MSHNet paper (NUDT-SIRST) |"
     assert "| mIoU (%) | 12.35 | 80.55 |" in lines
     assert "| nIoU (%) | 23.40 | - |" in lines  # the paper reports no nIoU
     assert "| Fa (x1e-6) | 1234.50 | 11.77 |" in lines

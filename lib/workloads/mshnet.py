@@ -172,7 +172,7 @@ def prediction_grid(task: Task, dataset, device: torch.device, n: int = 8,
 def results_table(scores: dict, dataset: str, sample: bool) -> str:
     """Markdown table of this run's mIoU, nIoU, Pd (%) and Fa (x1e-6) beside the paper's."""
     paper = PAPER_RESULTS[dataset]
-    ours = "this run (offline sample)" if sample else f"this run ({dataset})"
+    ours = "this run (synthetic sample)" if sample else f"this run ({dataset})"
     rows = [f"| | {ours} | MSHNet paper ({dataset}) |", "|---|---|---|"]
     for key, unit in (("mIoU", "%"), ("nIoU", "%"), ("Pd", "%"), ("Fa", "x1e-6")):
         theirs = f"{paper[key]:.2f}" if key in paper else "-"

@@ -39,6 +39,9 @@ from lib.study import RunSpec, finish_run, plan_runs, read_marker, run_status
 from lib.train import Task
 from lib.workloads.common import split_loaders, train_task
 
+DEFAULT_SEEDS = [0, 1, 2]
+SMOKE_GRID = (2, 1)  # SMOKE of the default grid: the first 2 OPTIMIZERS x the first seed
+
 
 @dataclass
 class OptimizerStudyConfig(RunConfig):
@@ -51,7 +54,7 @@ class OptimizerStudyConfig(RunConfig):
     seed: int | None = None  # one seed instead of `seeds` (papermill fan-out)
     dataset: str = "cifar10"
     optimizers: list[str] = field(default_factory=lambda: list(OPTIMIZERS))
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    seeds: list[int] = field(default_factory=lambda: list(DEFAULT_SEEDS))
     optimizer: str | None = None  # one optimizer instead of `optimizers` (fan-out)
     label_noise: float = 0.2  # share of training labels replaced, in [0, 1]
     noise_mode: str = "symmetric"  # or "asymmetric" (class pairs)
@@ -87,11 +90,23 @@ class OptimizerStudyConfig(RunConfig):
         except ValueError as exc:
             raise ConfigError(f"{name.upper()}: {exc}") from None
 
+    def _smoke_grid(self) -> bool:
+        """SMOKE with the default grid: train only its first runs (a grid set by hand, e.g.
+        OPTIMIZERS = ['sgd', 'lion'], is trained as given)."""
+        return (self.smoke and self.optimizers == list(OPTIMIZERS)
+                and self.seeds == DEFAULT_SEEDS)
+
     def grid_optimizers(self) -> list[str]:
-        return [self.optimizer] if self.optimizer is not None else list(self.optimizers)
+        """OPTIMIZER, else OPTIMIZERS (in a SMOKE of the default grid, the first two)."""
+        if self.optimizer is not None:
+            return [self.optimizer]
+        return list(self.optimizers[:SMOKE_GRID[0]] if self._smoke_grid() else self.optimizers)
 
     def grid_seeds(self) -> list[int]:
-        return [self.seed] if self.seed is not None else list(self.seeds)
+        """SEED, else SEEDS (in a SMOKE of the default grid, the first)."""
+        if self.seed is not None:
+            return [self.seed]
+        return list(self.seeds[:SMOKE_GRID[1]] if self._smoke_grid() else self.seeds)
 
     def hparams(self, optimizer: str) -> tuple[float, float]:
         """(lr, weight decay) of `optimizer`: LR / WEIGHT_DECAY, else its defaults."""
