@@ -200,3 +200,20 @@ def test_figures_and_results_table(tmp_path):
     assert "| test accuracy (%) | 50.00 | 99.5 |" in table
     assert "| frames T x 2 x H x W | 6 x 2 x 34 x 34 | 300 x 2 x sensor |" in table
     assert f"| layer2 firing rate / silent | {stats['layer2_rate']:.4f} /" in table
+
+
+@pytest.mark.parametrize("dataset", ["nmnist", "dvsgesture", "cifar10dvs"])
+def test_smoke_is_a_short_sequence_and_a_small_model_unless_set(dataset):
+    """SMOKE runs in seconds; the parameters still win, and without SMOKE the official
+    framing and sizes stand."""
+    smoke = make(DATASET=dataset, SMOKE=True)
+    assert smoke.framing()["n_time_bins"] == ms.SMOKE_TIME_BINS
+    small = smoke.model_config()
+    assert (small.d_model, small.n_layers, small.spike_channels) == (32, 1, 16)
+    full = make(DATASET=dataset, SMOKE=False)
+    assert full.framing()["n_time_bins"] == events.OFFICIAL_TIME_BINS[dataset]
+    assert count_parameters(MambaSpike(full.model_config())) > 5 * count_parameters(
+        MambaSpike(small))
+    chosen = make(DATASET=dataset, SMOKE=True, N_TIME_BINS=40, D_MODEL=64)
+    assert chosen.framing()["n_time_bins"] == 40 and chosen.model_config().d_model == 64
+    assert make(DATASET=dataset, SMOKE=True, DT_US=1000).framing()["n_time_bins"] is None

@@ -8,7 +8,7 @@ import torch
 from lib.metrics import read_jsonl
 from lib.models.mshnet import MSHNet, MSHNetConfig
 from lib.platforms import PLATFORMS
-from tests.notebook_run import execute, stream_text
+from tests.notebook_run import check_clean_outputs, execute, markdown_outputs, stream_text
 
 pytestmark = pytest.mark.notebook
 # One warm-up epoch then one SLS epoch, two batches of 4 each: both phases in seconds.
@@ -51,7 +51,8 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
     best = best_record(history)
     assert f"best checkpoint: epoch {best['epoch']} of 2" in text
     table = (tmp_path / "run" / "results.md").read_text()
-    assert table in text
+    assert table in markdown_outputs(nb)  # rendered as a table, not printed
+    check_clean_outputs(nb)
     assert f"| mIoU (%) | {best['test_mIoU']:.2f} | 67.16 |" in table
     assert f"| Fa (x1e-6) | {best['test_Fa']:.2f} | 15.03 |" in table
 

@@ -60,6 +60,7 @@ class OptimizerStudyConfig(RunConfig):
     noise_mode: str = "symmetric"  # or "asymmetric" (class pairs)
     weight_decay: float | None = None  # None: each optimizer's literature default
     warmup_epochs: int = 5  # linear warm-up, then cosine to zero, stepped every batch
+    smoke_batches: int = 2  # a ResNet-18 step takes about a second on a CPU: SMOKE in seconds
 
     def validate(self) -> None:
         self.dataset = self._named("dataset", self.dataset, check_name)
