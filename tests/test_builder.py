@@ -94,7 +94,7 @@ def test_badges_point_at_the_configured_fork():
     assert table.count("open-in-kaggle.svg") == runtimes.count("kaggle") >= 3
     head = [p.runtime for title in table.splitlines()[0].split(" | ")[1:]
             for p in PLATFORMS.values() if p.title == title.strip(" |")]
-    assert head == sorted(head, key=["colab", "kaggle", "local"].index), head  # Colab, Kaggle, local
+    assert head == sorted(head, key=["colab", "kaggle", "local"].index), head
 
 
 def test_rendering_is_byte_stable():
