@@ -89,10 +89,12 @@ def confusion_matrix(matrix, classes, path: Path | None = None, title: str | Non
     shows its count, in white on dark cells."""
     k = len(classes)
     matrix = matrix.numpy() if hasattr(matrix, "numpy") else np.asarray(matrix)  # a tensor
-    size = min(11.0, 2.0 + 0.55 * k)
+    size = min(9.0, 1.8 + 0.42 * k)
     fig, ax = plt.subplots(figsize=(size + 1.2, size))
     image = ax.imshow(matrix, cmap="Blues", vmin=0)
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="count")
+    bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="count")
+    bar.locator = MaxNLocator(integer=True)  # counts: no 0.2, 0.4 ticks on a small test set
+    bar.update_ticks()
     ax.set(xticks=range(k), yticks=range(k), xlabel="predicted class", ylabel="true class",
            title=titled(title or f"confusion matrix ({int(matrix.sum())} test examples)", sample))
     ax.set_xticklabels(classes, rotation=90, fontsize=8)

@@ -107,7 +107,7 @@ def plot_bars(summary: Sequence[dict], rows: Sequence[dict], path: Path | None =
     """Best and final test accuracy (%) per optimizer: bars = mean, whiskers = std, dots = seeds."""
     settings = len({(s["dataset"], s["noise_mode"], s["label_noise"]) for s in summary})
     groups = _groups(rows)
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(summary), 3.8))
+    fig, ax = plt.subplots(figsize=(3.6 + 1.3 * len(summary), 3.8))  # + the legend beside
     x = np.arange(len(summary))
     for offset, stat, alpha in ((-0.2, "best", 1.0), (0.2, "final", 0.55)):
         means = [100 * s[f"{stat}_mean"] for s in summary]
@@ -126,7 +126,8 @@ def plot_bars(summary: Sequence[dict], rows: Sequence[dict], path: Path | None =
                Line2D([], [], color="black", marker="_", linestyle="none", markersize=10),
                Line2D([], [], color="black", marker=".", linestyle="none")],
               ["best: bar = mean over seeds", "final: bar = mean over seeds",
-               "whisker: ± 1 std over seeds", "dot: one seed"], fontsize=7, loc="lower right")
+               "whisker: ± 1 std over seeds", "dot: one seed"], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not on them
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=100)
