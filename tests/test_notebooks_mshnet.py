@@ -29,7 +29,7 @@ def check_run(out_dir, epochs: int = 2) -> list[dict]:
     MSHNet(MSHNetConfig(**state["model_config"])).load_state_dict(state["model"])
     assert list((out_dir / "tb").glob("events.out.tfevents.*"))
     for figure in ("curves.png", "predictions.png"):
-        assert (out_dir / figure).stat().st_size > 10_000, figure
+        assert (out_dir / figure).stat().st_size > 5_000, figure  # a figure was drawn
     return history
 
 
