@@ -105,9 +105,9 @@ def _sample(tmp_path, **framing):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_warm_cache_frames_each_recording_once_even_under_a_notebooks_tqdm(
         tmp_path, monkeypatch, workers):
-    """tqdm.auto in a notebook iterates what it is given twice; loader workers must still
-    never frame (and write) the same recording twice, which h5py's file lock turns into a
-    crash when it happens at once."""
+    """Loader workers never frame (and write) the same recording twice, which h5py's file
+    lock turns into a crash when it happens at once; not even with a tqdm that iterates what
+    it is given twice (tqdm.auto's notebook wrapper did; the bar now only counts)."""
     import tqdm.asyncio
     import tqdm.auto
 
