@@ -169,11 +169,15 @@ def kernel_metadata(workload: str, platform: Platform, cfg: dict) -> str:
     return json.dumps(meta, indent=2) + "\n"
 
 
+BADGE_ORDER = ("colab", "kaggle", "local")  # the badge table's columns: hosted ones first
+
+
 def badge_table(workloads: list[str], cfg: dict) -> str:
-    head = "| workload | " + " | ".join(p.title for p in PLATFORMS.values()) + " |"
-    rows = [head, "|---" * (len(PLATFORMS) + 1) + "|"]
+    platforms = sorted(PLATFORMS.values(), key=lambda p: BADGE_ORDER.index(p.runtime))
+    head = "| workload | " + " | ".join(p.title for p in platforms) + " |"
+    rows = [head, "|---" * (len(platforms) + 1) + "|"]
     for w in workloads:
-        cells = [badge(p, cfg, f"notebooks/{p.name}/{w}.ipynb") for p in PLATFORMS.values()]
+        cells = [badge(p, cfg, f"notebooks/{p.name}/{w}.ipynb") for p in platforms]
         rows.append(f"| `{w}` | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

@@ -108,6 +108,16 @@ def summary(results: dict) -> list[str]:
         if "compiles_later" in row:
             lines.append(f"- {row['variant']}: {row['ratio']:.2f}x eager CPU steps/s; "
                          f"{row['compiles_later']} compilations after epoch 1")
+    runs = (results.get("suite") or {}).get("executions") or []
+    if runs:
+        ok = [r for r in runs if r.get("target") == "meets"]
+        worst = max((r for r in runs if r["status"] == "ok"), default=None,
+                    key=lambda r: r["cell_seconds"])
+        slowest = (f"; slowest {worst['platform']}/{worst['workload']} "
+                   f"{worst['cell_seconds']:.0f} s, {worst['peak_mb']:.0f} MB") if worst else ""
+        lines.append(f"- smoke notebooks: {len(ok)} of {len(runs)} within "
+                     f"{bench_suite.SMOKE_TARGET_S:.0f} s of cells and "
+                     f"{bench_suite.SMOKE_TARGET_MB:.0f} MB{slowest}")
     if results.get("gpu", {}).get("status") == bench_gpu.NO_GPU:
         lines.append(f"- GPU: {bench_gpu.NO_GPU}")
     return lines

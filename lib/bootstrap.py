@@ -30,6 +30,7 @@ REQUIREMENTS = {
     "tonic": "tonic>=1.5",
     "lion_pytorch": "lion-pytorch>=0.2",
     "aedat": "aedat>=2.0",
+    "ipywidgets": "ipywidgets>=8",
 }
 
 

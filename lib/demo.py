@@ -30,13 +30,18 @@ def main(argv: list[str] | None = None) -> int:
     params = {"SAMPLE_DATA": not args.real, "SMOKE": not args.real, "EPOCHS": args.epochs,
               "DATA_DIR": str(ROOT / "data"), "OUT_DIR": str(out / run_name)}
     executed = out / "fashion_mnist.ipynb"
+    # The kernel's own start-up warnings (e.g. about its local TCP sockets) are not the
+    # project's and a user cannot act on them: only its errors reach the console.
     papermill.execute_notebook(str(notebook), str(executed), parameters=params,
-                               cwd=str(notebook.parent), progress_bar=False)
+                               cwd=str(notebook.parent), progress_bar=False,
+                               extra_arguments=["--IPKernelApp.log_level=ERROR"])
     lines = (out / run_name / "metrics.jsonl").read_text().splitlines()
     history = [json.loads(line) for line in lines]
     last = history[-1]
+    data = "the real Fashion-MNIST" if args.real else (
+        "the synthetic sample (garment-like shapes, not Fashion-MNIST; --real for the dataset)")
     print(f"\nFashion-MNIST demo: test accuracy {last['test_accuracy']:.4f} after "
-          f"{last['epoch']} epoch(s) on {last['device']}")
+          f"{last['epoch']} epoch(s) on {last['device']}, on {data}")
     print(f"  executed notebook  {executed}")
     print(f"  checkpoints        {out / run_name / 'checkpoints'}")
     print(f"  metrics            {out / run_name / 'metrics.jsonl'}")

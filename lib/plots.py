@@ -5,22 +5,59 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import MaxNLocator
+
+# metric -> (y-axis label with its unit, factor from the recorded value to that unit)
+AXES = {
+    "loss": ("loss", 1.0),
+    "accuracy": ("accuracy (%)", 100.0),
+    "balanced_accuracy": ("balanced accuracy (%)", 100.0),
+    "mIoU": ("mIoU (%)", 1.0),
+    "nIoU": ("nIoU (%)", 1.0),
+    "Pd": ("Pd, targets found (%)", 1.0),
+    "Fa": ("Fa, false-alarm pixels (x1e-6)", 1.0),
+}
+SAMPLE_NOTE = "synthetic sample"
+
+
+def titled(title: str, sample: bool) -> str:
+    """`title`, marked as made from the synthetic sample when it is."""
+    return f"{title} ({SAMPLE_NOTE})" if sample else title
+
+
+def _grid(n: int, cols: int = 3, width: float = 4.2, height: float = 3.3):
+    """A figure of `n` panels, at most `cols` a row (readable at notebook width)."""
+    cols = min(cols, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
 
 
 def training_curves(history: list[dict], path: Path | None = None,
-                    metrics: tuple[str, ...] = ("loss", "accuracy")):
-    """One panel per metric, train_<m> and test_<m> against epoch; saved to `path`."""
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.6), squeeze=False)
+                    metrics: tuple[str, ...] = ("loss", "accuracy"), title: str | None = None,
+                    sample: bool = False):
+    """One panel per metric, train_<m> and test_<m> against epoch; saved to `path`.
+
+    Units and scale per metric come from `AXES`; epochs are whole numbers on the x axis.
+    """
+    fig, axes = _grid(len(metrics))
     epochs = [r["epoch"] for r in history]
-    for ax, m in zip(axes[0], metrics, strict=True):
+    for ax, m in zip(axes, metrics, strict=True):
+        label, factor = AXES.get(m, (m, 1.0))
         for split in ("train", "test"):
             key = f"{split}_{m}"
             if any(key in r for r in history):
-                ax.plot(epochs, [r.get(key, float("nan")) for r in history], marker="o",
-                        label=split)
-        ax.set(xlabel="epoch", title=m)
+                ax.plot(epochs, [factor * r.get(key, float("nan")) for r in history],
+                        marker="o", label=split)
+        ax.set(xlabel="epoch", ylabel=label, title=label.split(" (")[0])
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:
+            ax.legend(fontsize=8)
+    fig.suptitle(titled(title or "training curves", sample))
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=100)
@@ -46,17 +83,27 @@ def image_grid(images, titles: list[str], path: Path | None = None, cols: int = 
     return fig
 
 
-def confusion_matrix(matrix, classes, path: Path | None = None):
-    """Heat map of a (K, K) count matrix, rows = true class, columns = prediction."""
+def confusion_matrix(matrix, classes, path: Path | None = None, title: str | None = None,
+                     sample: bool = False):
+    """Heat map of a (K, K) count matrix, rows = true class, columns = prediction; each cell
+    shows its count, in white on dark cells."""
     k = len(classes)
-    matrix = matrix.numpy() if hasattr(matrix, "numpy") else matrix  # a torch tensor
-    fig, ax = plt.subplots(figsize=(1 + 0.5 * k, 1 + 0.5 * k))
-    ax.imshow(matrix, cmap="Blues")
-    ax.set(xticks=range(k), yticks=range(k), xlabel="predicted", ylabel="true")
-    ax.set_xticklabels(classes, rotation=90, fontsize=7)
-    ax.set_yticklabels(classes, fontsize=7)
+    matrix = matrix.numpy() if hasattr(matrix, "numpy") else np.asarray(matrix)  # a tensor
+    size = min(9.0, 1.8 + 0.42 * k)
+    fig, ax = plt.subplots(figsize=(size + 1.2, size))
+    image = ax.imshow(matrix, cmap="Blues", vmin=0)
+    bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="count")
+    bar.locator = MaxNLocator(integer=True)  # counts: no 0.2, 0.4 ticks on a small test set
+    bar.update_ticks()
+    ax.set(xticks=range(k), yticks=range(k), xlabel="predicted class", ylabel="true class",
+           title=titled(title or f"confusion matrix ({int(matrix.sum())} test examples)", sample))
+    ax.set_xticklabels(classes, rotation=90, fontsize=8)
+    ax.set_yticklabels(classes, fontsize=8)
+    dark = matrix.max() / 2 if matrix.size else 0
+    font = max(5, min(10, round(100 / k)))
     for (i, j), v in _cells(matrix):
-        ax.text(j, i, str(v), ha="center", va="center", fontsize=6)
+        ax.text(j, i, str(v), ha="center", va="center", fontsize=font,
+                color="white" if v > dark else "black")
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=100)

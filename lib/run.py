@@ -11,20 +11,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lib import progress as progress_mod
 from lib.checkpoint import Checkpoints
 from lib.errors import OutDirError
 from lib.metrics import write_jsonl
-
-
-class _NoBar:
-    def update(self, n=1):
-        pass
-
-    def set_postfix(self, *a, **k):
-        pass
-
-    def close(self):
-        pass
 
 
 def check_writable(out_dir: Path) -> Path:
@@ -62,9 +52,7 @@ class Run:
 
     def log(self, message: str) -> None:
         if self.main:
-            from tqdm.auto import tqdm
-
-            tqdm.write(message)
+            progress_mod.write(message)
 
     def keep_old_metrics(self) -> None:
         """Training starts from epoch 1 in a folder that has epoch records (every checkpoint
@@ -91,10 +79,8 @@ class Run:
 
     def progress(self, total: int):
         if not (self.main and self._progress_enabled):
-            return _NoBar()
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc="training", unit="batch", mininterval=1.0, dynamic_ncols=True)
+            return progress_mod.NoBar()
+        return progress_mod.bar(total)
 
     def save(self, state: dict, epoch: int, batch: int, best: bool = False) -> None:
         if self.main:
@@ -113,11 +99,8 @@ class Run:
             self.tb.flush()
         left = epochs - record["epoch"]
         eta_h = left * record["seconds"] / 3600
-        shown = {k: round(v, 4) for k, v in record.items()
-                 if isinstance(v, float) and k not in ("seconds",)}
-        progress.set_postfix(loss=shown.get("train_loss"), refresh=False)
-        self.log(f"epoch {record['epoch']}/{epochs} {shown} | "
-                 f"{record['samples_per_s']:.0f} samples/s | ETA {format_hours(eta_h)}")
+        progress.set_postfix(loss=record.get("train_loss"), refresh=False)
+        self.log(progress_mod.epoch_line(record, epochs, format_hours(eta_h)))
         self._warn_eta(eta_h, record["epoch"])
 
     def _warn_eta(self, eta_h: float, done: int) -> None:

@@ -13,10 +13,13 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from lib.metrics import read_jsonl
 from lib.optim import OPTIMIZERS
+from lib.plots import titled
 from lib.study import (
     collect_results,
     format_summary,
@@ -63,7 +66,7 @@ def _groups(rows: Sequence[dict]) -> dict[tuple, list[dict]]:
 
 def plot_curves(out_dir: Path, rows: Sequence[dict],
                 keys: Sequence[str] = ("test_accuracy", "train_loss"),
-                path: Path | None = None):
+                path: Path | None = None, sample: bool = False):
     """One panel per metric key from each run's metrics.jsonl; returns the Figure."""
     groups = _groups(rows)
     settings = len({k[:3] for k in groups})
@@ -82,23 +85,30 @@ def plot_curves(out_dir: Path, rows: Sequence[dict],
             if len(histories) > 1:
                 ax.fill_between(epochs, (mean - std) * scale, (mean + std) * scale,
                                 color=color, alpha=0.2, linewidth=0)
+    banded = any(len(rs) > 1 for rs in groups.values())
     for ax, key in zip(axes[0], keys, strict=True):
-        ax.set(xlabel="epoch", title=_TITLES.get(key, key))
+        ax.set(xlabel="epoch", ylabel=_TITLES.get(key, key), title=_TITLES.get(key, key))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if ax.lines:
-            ax.legend(fontsize=8)
+            handles, labels = ax.get_legend_handles_labels()
+            if banded:
+                handles.append(Patch(color="gray", alpha=0.2))
+                labels.append("band: mean ± 1 std over seeds")
+            ax.legend(handles, labels, fontsize=8)
+    fig.suptitle(titled("mean over seeds per optimizer", sample))
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=100)
     return fig
 
 
-def plot_bars(summary: Sequence[dict], rows: Sequence[dict], path: Path | None = None):
+def plot_bars(summary: Sequence[dict], rows: Sequence[dict], path: Path | None = None,
+              sample: bool = False):
     """Best and final test accuracy (%) per optimizer: bars = mean, whiskers = std, dots = seeds."""
     settings = len({(s["dataset"], s["noise_mode"], s["label_noise"]) for s in summary})
     groups = _groups(rows)
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(summary), 3.8))
+    fig, ax = plt.subplots(figsize=(3.6 + 1.3 * len(summary), 3.8))  # + the legend beside
     x = np.arange(len(summary))
     for offset, stat, alpha in ((-0.2, "best", 1.0), (0.2, "final", 0.55)):
         means = [100 * s[f"{stat}_mean"] for s in summary]
@@ -110,8 +120,15 @@ def plot_bars(summary: Sequence[dict], rows: Sequence[dict], path: Path | None =
             dots = [100 * r[f"{stat}_test_accuracy"] for r in groups.get(key, [])]
             ax.scatter([xi + offset] * len(dots), dots, s=10, color="black", zorder=3)
     ax.set_xticks(x, [_label(s, settings) for s in summary], rotation=20 if settings > 1 else 0)
-    ax.set(ylabel="test accuracy (%)", title="best (solid) and final (faded) test accuracy")
+    ax.set(ylabel="test accuracy (%)",
+           title=titled("best (solid) and final (faded) test accuracy", sample))
     ax.grid(axis="y", alpha=0.3)
+    ax.legend([Patch(color="gray"), Patch(color="gray", alpha=0.55),
+               Line2D([], [], color="black", marker="_", linestyle="none", markersize=10),
+               Line2D([], [], color="black", marker=".", linestyle="none")],
+              ["best: bar = mean over seeds", "final: bar = mean over seeds",
+               "whisker: ± 1 std over seeds", "dot: one seed"], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not on them
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=100)
@@ -135,7 +152,8 @@ def _matches(row: dict, dataset, noise_mode, label_noise) -> bool:
 
 def report(out_dir: Path, dataset: str | None = None, noise_mode: str | None = None,
            label_noise: float | None = None,
-           keys: Sequence[str] = ("test_accuracy", "train_loss")) -> StudyReport:
+           keys: Sequence[str] = ("test_accuracy", "train_loss"), sample: bool = False,
+           ) -> StudyReport:
     """Collect results.csv, write summary.{csv,md}, and plot the selected setting.
 
     Figures go to OUT_DIR/curves-<setting>.png and bars-<setting>.png (setting e.g.
@@ -157,6 +175,6 @@ def report(out_dir: Path, dataset: str | None = None, noise_mode: str | None = N
     paths = {"results": out_dir / "results.csv", "summary_csv": csv_path, "summary_md": md_path,
              "curves": out_dir / f"curves-{tag}.png", "bars": out_dir / f"bars-{tag}.png"}
     chosen_summary = [s for s in summary if _matches(s, dataset, noise_mode, label_noise)]
-    figures = {"curves": plot_curves(out_dir, chosen, keys, paths["curves"]),
-               "bars": plot_bars(chosen_summary, chosen, paths["bars"])}
+    figures = {"curves": plot_curves(out_dir, chosen, keys, paths["curves"], sample),
+               "bars": plot_bars(chosen_summary, chosen, paths["bars"], sample)}
     return StudyReport(chosen, summary, format_summary(summary), figures, paths)

@@ -52,7 +52,8 @@ from lib.data import fashion
 from lib.plots import image_grid
 
 train_set, test_set, info = fashion.build_datasets(s.data_dir, cfg.sample_data)
-print(f"{info['train_size']} training and {info['test_size']} test images from {info['root']}")
+print(f"{info['train_size']} training and {info['test_size']} test images from {info['root']}"
+      + (" (synthetic sample: garment-like shapes, not Fashion-MNIST)" if cfg.sample_data else ""))
 image_grid(*fashion.example_grid(train_set));
 
 # %% [markdown]
@@ -73,21 +74,24 @@ history = launch(fashion_mnist.train, s)
 # ## Results
 
 # %%
+from IPython.display import Markdown, display
+
 from lib.bootstrap import show_tensorboard
 from lib.metrics import Accuracy, ConfusionMatrix
 from lib.plots import confusion_matrix, training_curves
 from lib.train import evaluate_on
 
-training_curves(history, s.out_dir / "curves.png");
+training_curves(history, s.out_dir / "curves.png", title="Fashion-MNIST CNN",
+                sample=cfg.sample_data);
 task, best = fashion_mnist.load_best(s)
 _, test_loader = fashion_mnist.loaders(s)
 cm = ConfusionMatrix(info["num_classes"])
 scores = evaluate_on(task, test_loader, s.choice, [Accuracy(info["num_classes"]), cm],
                      s.max_batches)
-confusion_matrix(cm.matrix(), info["classes"], s.out_dir / "confusion.png");
-print(f"best checkpoint (epoch {best['position'][0]}): test accuracy "
-      f"{scores['test_accuracy']:.4f}")
-print(f"test accuracy {history[-1]['test_accuracy']:.4f} after {history[-1]['epoch']} epochs")
+confusion_matrix(cm.matrix(), info["classes"], s.out_dir / "confusion.png",
+                 title=f"best checkpoint (epoch {best['position'][0]}), test set",
+                 sample=cfg.sample_data);
+display(Markdown(fashion_mnist.results_table(scores, best, history, cfg.sample_data)))
 show_tensorboard(s.out_dir / "tb", s.runtime)
 
 # %%

@@ -89,7 +89,9 @@ train_set, test_set, info = mamba_spike.datasets(s, warm=True)
 t = info["T"] or f"variable ({info['dt_us']} µs bins)"
 print(f"{info['name']}: {info['train_size']} training and {info['test_size']} test recordings "
       f"from {info['root']}; frames T={t} x 2 x {info['frame_hw'][0]} x {info['frame_hw'][1]}; "
-      f"{info['framed_now']} recordings framed into {info['cache_dir']} now")
+      f"{info['framed_now']} recordings framed into {info['cache_dir']} now"
+      + (" (synthetic sample: moving blobs of events, not the real recordings)"
+         if cfg.sample_data else ""))
 _, frames = mamba_spike.example_frames(train_set, info["classes"],
                                        path=s.out_dir / "examples.png")
 mamba_spike.time_strip(frames, path=s.out_dir / "time_strip.png");
@@ -117,26 +119,31 @@ history = launch(mamba_spike.train, s)
 # %%
 from lib.plots import confusion_matrix, training_curves
 
-training_curves(history, s.out_dir / "curves.png");
+training_curves(history, s.out_dir / "curves.png", title=f"Mamba-Spike on {info['name']}",
+                sample=cfg.sample_data);
 
 # %%
 task, best = mamba_spike.load_best(s)
 _, test_loader = mamba_spike.loaders(s)
 scores, matrix = mamba_spike.evaluate_test(s, task, test_loader, info["num_classes"])
-confusion_matrix(matrix, info["classes"], s.out_dir / "confusion.png");
+confusion_matrix(matrix, info["classes"], s.out_dir / "confusion.png",
+                 title=f"best checkpoint (epoch {best['position'][0]}), test set",
+                 sample=cfg.sample_data);
 
 # %%
 stats = mamba_spike.spike_statistics(task.model, test_set, s.device)
 mamba_spike.firing_rate_figure(stats, s.out_dir / "firing_rates.png");
 
 # %%
+from IPython.display import Markdown, display
+
 from lib.bootstrap import show_tensorboard
 
 table = mamba_spike.results_table(scores, stats, info, task, cfg.sample_data,
                                   cfg.deviations())
 (s.out_dir / "results.md").write_text(table + "\n")
 print(f"best checkpoint: epoch {best['position'][0]} of {history[-1]['epoch']}")
-print(table)
+display(Markdown(table))
 show_tensorboard(s.out_dir / "tb", s.runtime)
 
 # %%

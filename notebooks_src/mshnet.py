@@ -102,7 +102,9 @@ history = launch(mshnet.train, s)
 # %%
 from lib.plots import training_curves
 
-training_curves(history, s.out_dir / "curves.png", metrics=mshnet.CURVES);
+training_curves(history, s.out_dir / "curves.png", metrics=mshnet.CURVES,
+                title="MSHNet" if cfg.sample_data else f"MSHNet on {cfg.dataset}",
+                sample=cfg.sample_data);
 
 # %%
 task, best = mshnet.load_best(s)
@@ -111,12 +113,14 @@ scores = mshnet.evaluate_test(s, task, test_loader)
 mshnet.prediction_grid(task, test_set, s.device, path=s.out_dir / "predictions.png");
 
 # %%
+from IPython.display import Markdown, display
+
 from lib.bootstrap import show_tensorboard
 
 table = mshnet.results_table(scores, cfg.dataset, cfg.sample_data, cfg.deviations())
 (s.out_dir / "results.md").write_text(table + "\n")
 print(f"best checkpoint: epoch {best['position'][0]} of {history[-1]['epoch']}")
-print(table)
+display(Markdown(table))
 show_tensorboard(s.out_dir / "tb", s.runtime)
 
 # %%

@@ -93,7 +93,10 @@ rows = optimizer_study.train_grid(s)
 from lib.bootstrap import show_tensorboard
 from lib.study_plots import report
 
-study = report(s.out_dir, cfg.dataset, cfg.noise_mode, cfg.label_noise)
+study = report(s.out_dir, cfg.dataset, cfg.noise_mode, cfg.label_noise, sample=cfg.sample_data)
+if cfg.sample_data:
+    display(Markdown("**Synthetic sample** (colour patterns in the CIFAR layout, not CIFAR): "
+                     "these numbers only show that the study runs."))
 display(Markdown(study.table))
 print(f"{len(study.rows)} runs in {study.paths['results']}")
 show_tensorboard(s.out_dir, s.runtime)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -40,3 +41,33 @@ def stream_text(nb: nbformat.NotebookNode) -> str:
     """Everything the notebook printed."""
     return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                    for o in c.get("outputs", []) if o.get("output_type") == "stream")
+
+
+MAX_OUTPUTS = 8  # per code cell: a few prints, figures and one progress bar; never one a refresh
+_LIBRARY_WARNING = re.compile(r"\w+Warning\b|WARNING \||IProgress not found")
+
+
+def check_clean_outputs(nb: nbformat.NotebookNode, max_outputs: int = MAX_OUTPUTS) -> None:
+    """What a reader of the executed notebook sees: every code cell has a handful of outputs
+    (a progress bar must not add one per refresh), nothing on stderr, and no library warning
+    a user cannot act on."""
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        outputs = cell.get("outputs", [])
+        assert len(outputs) <= max_outputs, (i, len(outputs), cell.source[:80])
+        for o in outputs:
+            assert not (o.get("output_type") == "stream" and o.get("name") == "stderr"), (
+                i, o.get("text", "")[:300])
+            text = o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+            found = _LIBRARY_WARNING.search(text)
+            assert found is None, (i, found and found.group(0), text[:300])
+
+
+def epoch_lines(nb: nbformat.NotebookNode) -> list[str]:
+    """The `epoch N/M  ...` rows the training cell printed."""
+    return [line for line in stream_text(nb).splitlines() if re.match(r"epoch \d+/\d+  ", line)]
+
+
+def markdown_outputs(nb: nbformat.NotebookNode) -> str:
+    """Every Markdown output (tables rendered with IPython.display.Markdown)."""
+    return "\n".join(o["data"]["text/markdown"] for c in nb.cells if c.cell_type == "code"
+                     for o in c.get("outputs", []) if "text/markdown" in o.get("data", {}))

@@ -122,6 +122,14 @@ def test_render_and_check_timings_on_a_copy():
     assert all(positive(r["seconds"]) and len(r["runs"]) == 1 for r in res["rows"])
 
 
+def test_a_smoke_notebook_reports_its_cell_time_and_the_kernels_peak_memory(tmp_path):
+    (row,) = bench_suite.time_notebooks(tmp_path, [("local_mps", "fashion_mnist")])
+    assert row["status"] == "ok", row
+    assert 0 < row["cell_seconds"] < row["seconds"]  # wall time adds the kernel's start
+    assert 150 < row["peak_mb"] < 8000  # a kernel that imported torch, measured in MB
+    assert row["target"] in ("meets", "misses")
+
+
 def test_a_notebook_that_cannot_run_is_a_failed_row_not_a_crash(tmp_path):
     (row,) = bench_suite.time_notebooks(tmp_path, [("colab_t4", "no_such_workload")])
     assert row["status"].startswith("failed") and positive(row["seconds"])

@@ -92,6 +92,9 @@ def test_badges_point_at_the_configured_fork():
     runtimes = [p.runtime for p in PLATFORMS.values()]
     assert table.count("colab-badge.svg") == runtimes.count("colab")
     assert table.count("open-in-kaggle.svg") == runtimes.count("kaggle") >= 3
+    head = [p.runtime for title in table.splitlines()[0].split(" | ")[1:]
+            for p in PLATFORMS.values() if p.title == title.strip(" |")]
+    assert head == sorted(head, key=["colab", "kaggle", "local"].index), head
 
 
 def test_rendering_is_byte_stable():

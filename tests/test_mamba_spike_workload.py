@@ -149,9 +149,9 @@ def _sample(tmp_path, **framing):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_warm_cache_frames_each_recording_once_even_under_a_notebooks_tqdm(
         tmp_path, monkeypatch, workers):
-    """tqdm.auto in a notebook iterates what it is given twice; loader workers must still
-    never frame (and write) the same recording twice, which h5py's file lock turns into a
-    crash when it happens at once."""
+    """Loader workers never frame (and write) the same recording twice, which h5py's file
+    lock turns into a crash when it happens at once; not even with a tqdm that iterates what
+    it is given twice (tqdm.auto's notebook wrapper did; the bar now only counts)."""
     import tqdm.asyncio
     import tqdm.auto
 
@@ -250,3 +250,20 @@ def test_figures_and_results_table(tmp_path):
         "(official: 128); N_LAYERS = 1 (official: 4); SPIKE_CHANNELS = 8 (official: 64); "
         "SAMPLE_DATA = True (the offline sample, not the dataset) | - |")
     assert f"| layer2 firing rate / silent | {stats['layer2_rate']:.4f} /" in table
+
+
+@pytest.mark.parametrize("dataset", ["nmnist", "dvsgesture", "cifar10dvs"])
+def test_smoke_is_a_short_sequence_and_a_small_model_unless_set(dataset):
+    """SMOKE runs in seconds; the parameters still win, and without SMOKE the official
+    framing and sizes stand."""
+    smoke = make(DATASET=dataset, SMOKE=True)
+    assert smoke.framing()["n_time_bins"] == ms.SMOKE_TIME_BINS
+    small = smoke.model_config()
+    assert (small.d_model, small.n_layers, small.spike_channels) == (32, 1, 16)
+    full = make(DATASET=dataset, SMOKE=False)
+    assert full.framing()["n_time_bins"] == events.OFFICIAL_TIME_BINS[dataset]
+    assert count_parameters(MambaSpike(full.model_config())) > 5 * count_parameters(
+        MambaSpike(small))
+    chosen = make(DATASET=dataset, SMOKE=True, N_TIME_BINS=40, D_MODEL=64)
+    assert chosen.framing()["n_time_bins"] == 40 and chosen.model_config().d_model == 64
+    assert make(DATASET=dataset, SMOKE=True, DT_US=1000).framing()["n_time_bins"] is None

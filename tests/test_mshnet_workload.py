@@ -121,7 +121,7 @@ def test_results_table_puts_the_run_beside_the_papers_row():
               "test_Fa_all": 2000.0}
     table = results_table(scores, "NUDT-SIRST", True, ["SMOKE = True (6 batches per epoch)"])
     lines = table.splitlines()
-    assert lines[0] == "| | this run (offline sample) | MSHNet paper (NUDT-SIRST) |"
+    assert lines[0] == "| | this run (synthetic sample) | MSHNet paper (NUDT-SIRST) |"
     assert "| mIoU (%) | 12.35 | 80.55 |" in lines
     assert "| nIoU (%) | 23.40 | - |" in lines  # the paper reports no nIoU
     assert "| Fa (x1e-6) | 1234.50 | 11.77 |" in lines

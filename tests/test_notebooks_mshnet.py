@@ -8,7 +8,7 @@ import torch
 from lib.metrics import read_jsonl
 from lib.models.mshnet import MSHNet, MSHNetConfig
 from lib.platforms import PLATFORMS
-from tests.notebook_run import execute, stream_text
+from tests.notebook_run import check_clean_outputs, execute, markdown_outputs, stream_text
 
 pytestmark = pytest.mark.notebook
 # One warm-up epoch (WARM_EPOCHS=0: the official loop warms up while epoch <= 0) then one SLS
@@ -30,7 +30,7 @@ def check_run(out_dir, epochs: int = 2) -> list[dict]:
     MSHNet(MSHNetConfig(**state["model_config"])).load_state_dict(state["model"])
     assert list((out_dir / "tb").glob("events.out.tfevents.*"))
     for figure in ("curves.png", "predictions.png"):
-        assert (out_dir / figure).stat().st_size > 10_000, figure
+        assert (out_dir / figure).stat().st_size > 5_000, figure  # a figure was drawn
     return history
 
 
@@ -52,7 +52,8 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
     best = best_record(history)
     assert f"best checkpoint: epoch {best['epoch']} of 2" in text
     table = (tmp_path / "run" / "results.md").read_text()
-    assert table in text
+    assert table in markdown_outputs(nb)  # rendered as a table, not printed
+    check_clean_outputs(nb)
     assert f"| mIoU (%) | {best['test_mIoU']:.2f} | 67.16 |" in table
     assert f"| Fa (x1e-6) | {best['test_Fa']:.2f} | 15.03 |" in table
     assert f"| Fa, every unmatched pixel (x1e-6) | {best['test_Fa_all']:.2f} | - |" in table

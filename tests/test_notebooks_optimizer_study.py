@@ -10,7 +10,7 @@ from lib.metrics import read_jsonl
 from lib.models.resnet import CifarResNet18, ResNetConfig
 from lib.platforms import PLATFORMS
 from lib.study import read_results
-from tests.notebook_run import execute, stream_text
+from tests.notebook_run import check_clean_outputs, execute, markdown_outputs, stream_text
 
 pytestmark = pytest.mark.notebook
 GRID = dict(OPTIMIZERS=["sgd", "lion"], SEEDS=[0, 1])
@@ -66,6 +66,8 @@ def test_study_notebook_runs_the_grid_on_the_cpu(platform, tmp_path):
     text = stream_text(nb)
     assert "falls back to the CPU" in text
     assert text.count(": training (lr ") == 4
+    check_clean_outputs(nb)
+    assert "**Synthetic sample**" in markdown_outputs(nb)
     assert "study: 3 run(s) left, about" in text and "study: 0 run(s) left" in text
     assert {r["lr"] for r in rows if r["optimizer"] == "lion"} == {2e-4}
     for r in rows:

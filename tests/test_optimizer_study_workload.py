@@ -118,3 +118,12 @@ def test_study_eta_adds_up_the_runs_left_and_warns_past_the_session():
     assert line.startswith("study: 5 run(s) left, about 15.0 h. WARNING: more than this "
                            "platform's 12 h session")
     assert "finished runs are skipped" in line
+
+
+def test_smoke_trains_two_runs_of_the_default_grid_and_any_grid_set_by_hand():
+    assert (make(SMOKE=True).grid_optimizers(), make(SMOKE=True).grid_seeds()) == (
+        ["sgd", "adam"], [0])
+    assert len(plan(make(SMOKE=True))) == 2 and len(plan(make())) == 15
+    hand = make(SMOKE=True, OPTIMIZERS=["sgd", "lion", "adamw"], SEEDS=[0, 1])
+    assert len(plan(hand)) == 6
+    assert plan(make(SMOKE=True, OPTIMIZER="lion", SEED=2))[0].name == "cifar10-lion-seed2-sym0.2"

@@ -163,5 +163,13 @@ def test_report_writes_results_summary_and_figures(tmp_path):
     assert [line.get_label() for line in ax.lines] == ["sgd (2 seeds)", "lion (2 seeds)"]
     assert np.allclose(ax.lines[0].get_ydata(), [35.0, 65.0])  # percent
     assert len(ax.collections) == 2  # one band per optimizer
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[-1] == "band: mean ± 1 std over seeds", legend
+    bars = rep.figures["bars"].axes[0]
+    assert "whisker: ± 1 std over seeds" in [t.get_text() for t in bars.get_legend().get_texts()]
+    assert "synthetic" not in bars.get_title()
+    sample = report(tmp_path, "cifar10", "symmetric", 0.2, sample=True).figures
+    assert sample["bars"].axes[0].get_title().endswith("(synthetic sample)")
+    assert sample["curves"]._suptitle.get_text().endswith("(synthetic sample)")
     with pytest.raises(ValueError, match="no finished run"):
         report(tmp_path, "cifar100", "symmetric", 0.2)

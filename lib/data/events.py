@@ -360,7 +360,7 @@ def warm_cache(*datasets, workers: int = 0, progress: bool = True) -> int:
     cache, so DDP/XLA ranks (which all evaluate the whole test set) never write the same HDF5
     file at once, and a kill mid-write leaves a `.part` file, never a half cache entry.
     """
-    from tqdm.auto import tqdm
+    from lib import progress as progress_bar
 
     framed = 0
     for cached in _disk_caches(datasets):
@@ -370,12 +370,11 @@ def warm_cache(*datasets, workers: int = 0, progress: bool = True) -> int:
         # Its own generator: iterating must not draw from the global RNG (model init follows).
         loader = DataLoader(_Framer(cached, missing), batch_size=None, num_workers=workers,
                             generator=torch.Generator())
-        # One iterator, passed in: in a notebook tqdm.auto's wrapper calls iter() on what it is
-        # given and its __iter__ iterates again, which would start a second set of workers.
-        bar = tqdm(iter(loader), total=len(loader), unit="rec", disable=not progress,
-                   desc=f"framing {Path(cached.cache_path).name}", mininterval=1.0)
-        for _ in bar:
-            pass
+        bar = (progress_bar.bar(len(loader), f"framing {Path(cached.cache_path).name}", "rec")
+               if progress else progress_bar.NoBar())
+        for _ in loader:
+            bar.update(1)
+        bar.close()
         framed += len(missing)
     return framed
 

@@ -58,3 +58,17 @@ def load_best(s: Session) -> tuple[Task, dict]:
     task, model_config = build_task(s.cfg, s.device)
     state = s.load_best(task, model_config)
     return task, state
+
+
+def results_table(scores: dict, best: dict, history: list[dict], sample: bool) -> str:
+    """Markdown table: the best checkpoint's and the last epoch's test accuracy, and which
+    data they were measured on."""
+    data = "synthetic sample" if sample else "Fashion-MNIST"
+    last = history[-1]
+    return "\n".join([
+        "| | test accuracy (%) | data |", "|---|---|---|",
+        f"| best checkpoint (epoch {best['position'][0]}) | "
+        f"{100 * scores['test_accuracy']:.2f} | {data} |",
+        f"| last epoch ({last['epoch']}) | "
+        f"{100 * last['test_accuracy']:.2f} | {data} |",
+    ])

@@ -65,6 +65,10 @@ SPLIT_SEED = 42  # the official CIFAR10-DVS 90/10 split
 # Accuracy (%) reported by the authors: README of the official code (N-MNIST: repository only).
 REPORTED = {"nmnist": 99.5, "dvsgesture": 97.8, "cifar10dvs": 92.5}
 SIZE_OVERRIDES = ("d_model", "n_layers", "spike_channels")
+# SMOKE checks that everything runs, in seconds: few frames and a small model, unless the
+# parameters set them (the non-smoke defaults stay the official ones).
+SMOKE_TIME_BINS = 12
+SMOKE_SIZES = {"d_model": 32, "n_layers": 1, "spike_channels": 16}
 
 
 @dataclass
@@ -130,7 +134,7 @@ class MambaSpikeRunConfig(RunConfig):
         """Keyword arguments of `event_datasets`, defaults resolved."""
         bins = self.n_time_bins
         if bins is None and self.dt_us is None:
-            bins = OFFICIAL_TIME_BINS[self.dataset]
+            bins = SMOKE_TIME_BINS if self.smoke else OFFICIAL_TIME_BINS[self.dataset]
         return dict(n_time_bins=bins, dt_us=self.dt_us, fixed_t=self.fixed_t,
                     downsample=self.resolved_downsample(),
                     denoise_us=self.denoise_us or None)
@@ -146,6 +150,8 @@ class MambaSpikeRunConfig(RunConfig):
         sizes overridden."""
         hw = frame_hw(self.dataset, downsample or self.resolved_downsample())
         sizes = {k: getattr(self, k) for k in SIZE_OVERRIDES if getattr(self, k) is not None}
+        if self.smoke:
+            sizes = {**SMOKE_SIZES, **sizes}
         return MambaSpikeConfig.preset(self.dataset, input_hw=hw, **sizes)
 
     def frames(self) -> int | None:
@@ -364,7 +370,7 @@ def results_table(scores: dict, stats: dict, info: dict, task: Task, sample: boo
     """Markdown table: accuracy beside the authors' figure, size, framing and sparsity; the
     last row names each of `deviations` (`MambaSpikeRunConfig.deviations()`)."""
     name = info["name"]
-    ours = "this run (offline sample)" if sample else f"this run ({name})"
+    ours = "this run (synthetic sample)" if sample else f"this run ({name})"
     h, w = info["frame_hw"]
     frames = f"{info['T']} x 2 x {h} x {w}" if info["T"] is not None else (
         f"variable x 2 x {h} x {w} ({info['dt_us']} us bins)")

@@ -213,7 +213,7 @@ def results_table(scores: dict, dataset: str, sample: bool, deviations: list[str
     it leaves out. The last row names each of `deviations` (`MSHNetRunConfig.deviations()`).
     """
     paper = PAPER_RESULTS[dataset]
-    ours = "this run (offline sample)" if sample else f"this run ({dataset})"
+    ours = "this run (synthetic sample)" if sample else f"this run ({dataset})"
     rows = [f"| | {ours} | MSHNet paper ({dataset}) |", "|---|---|---|"]
     for key, label in (("mIoU", "mIoU (%)"), ("nIoU", "nIoU (%)"), ("Pd", "Pd (%)"),
                        ("Fa", "Fa (x1e-6)"), ("Fa_all", "Fa, every unmatched pixel (x1e-6)")):

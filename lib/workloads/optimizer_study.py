@@ -38,6 +38,9 @@ from lib.session import Session
 from lib.study import GridCell, finish_run, plan_runs, read_marker, run_status
 from lib.train import Task
 
+DEFAULT_SEEDS = [0, 1, 2]
+SMOKE_GRID = (2, 1)  # SMOKE of the default grid: the first 2 OPTIMIZERS x the first seed
+
 
 @dataclass
 class OptimizerStudyConfig(RunConfig):
@@ -52,12 +55,13 @@ class OptimizerStudyConfig(RunConfig):
     seed: int | None = None  # one seed instead of `seeds` (papermill fan-out)
     dataset: str = "cifar10"
     optimizers: list[str] = field(default_factory=lambda: list(OPTIMIZERS))
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    seeds: list[int] = field(default_factory=lambda: list(DEFAULT_SEEDS))
     optimizer: str | None = None  # one optimizer instead of `optimizers` (fan-out)
     label_noise: float = 0.2  # share of training labels replaced, in [0, 1]
     noise_mode: str = "symmetric"  # or "asymmetric" (class pairs)
     weight_decay: float | None = None  # None: each optimizer's literature default
     warmup_epochs: int = 5  # linear warm-up, then cosine to zero, stepped every batch
+    smoke_batches: int = 2  # a ResNet-18 step takes about a second on a CPU: SMOKE in seconds
 
     def validate(self) -> None:
         self.dataset = self._named("dataset", self.dataset, check_name)
@@ -88,11 +92,23 @@ class OptimizerStudyConfig(RunConfig):
         except ValueError as exc:
             raise ConfigError(f"{name.upper()}: {exc}") from None
 
+    def _smoke_grid(self) -> bool:
+        """SMOKE with the default grid: train only its first runs (a grid set by hand, e.g.
+        OPTIMIZERS = ['sgd', 'lion'], is trained as given)."""
+        return (self.smoke and self.optimizers == list(OPTIMIZERS)
+                and self.seeds == DEFAULT_SEEDS)
+
     def grid_optimizers(self) -> list[str]:
-        return [self.optimizer] if self.optimizer is not None else list(self.optimizers)
+        """OPTIMIZER, else OPTIMIZERS (in a SMOKE of the default grid, the first two)."""
+        if self.optimizer is not None:
+            return [self.optimizer]
+        return list(self.optimizers[:SMOKE_GRID[0]] if self._smoke_grid() else self.optimizers)
 
     def grid_seeds(self) -> list[int]:
-        return [self.seed] if self.seed is not None else list(self.seeds)
+        """SEED, else SEEDS (in a SMOKE of the default grid, the first)."""
+        if self.seed is not None:
+            return [self.seed]
+        return list(self.seeds[:SMOKE_GRID[1]] if self._smoke_grid() else self.seeds)
 
     @classmethod
     def run_settings(cls) -> frozenset[str]:

@@ -1,0 +1,102 @@
+"""Progress that reads well wherever a run is watched: a bar, plain lines, an epoch row.
+
+Where the run is shown decides the bar (`bar_kind`):
+* a Jupyter kernel (Jupyter, Colab, Kaggle, papermill) with ipywidgets: one widget bar, whose
+  updates are widget messages, never new cell outputs;
+* a Jupyter kernel without ipywidgets: no bar (tqdm's text bar would add an output, and a
+  warning, at every refresh); the epoch lines say how far it is;
+* a terminal: tqdm's text bar, redrawn in place;
+* anything else (a pipe, a log file, a worker process): no bar, so a log holds one line per
+  epoch and no stream of carriage returns.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+class NoBar:
+    """The bar where none is shown."""
+
+    def update(self, n=1):
+        pass
+
+    def set_postfix(self, *a, **k):
+        pass
+
+    def close(self):
+        pass
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (notebook, Colab, Kaggle, papermill), not plain IPython."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    shell = ipython.get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def has_widgets() -> bool:
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def bar_kind() -> str:
+    """'widget', 'text' or 'none' (see the module docstring)."""
+    if in_kernel():
+        return "widget" if has_widgets() else "none"
+    stream = sys.stderr
+    return "text" if hasattr(stream, "isatty") and stream.isatty() else "none"
+
+
+def bar(total: int, desc: str = "training", unit: str = "batch"):
+    """A progress bar of `total` steps suited to where the run is shown, or a `NoBar`."""
+    kind = bar_kind()
+    if kind == "none":
+        return NoBar()
+    if kind == "widget":
+        from tqdm.notebook import tqdm
+
+        return tqdm(total=total, desc=desc, unit=unit, mininterval=1.0)
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, mininterval=1.0, dynamic_ncols=True)
+
+
+def write(message: str) -> None:
+    """Print a line without breaking a text bar drawn on the terminal."""
+    if bar_kind() == "text":
+        from tqdm import tqdm
+
+        tqdm.write(message)
+    else:
+        print(message, flush=True)
+
+
+_SHORT = {"accuracy": "acc", "balanced_accuracy": "bal_acc"}
+_HIDDEN = {"epoch", "lr", "seconds", "samples_per_s", "train_samples", "xla_compiles"}
+
+
+def _number(value: float) -> str:
+    if value != value or value in (float("inf"), float("-inf")):  # nan, inf
+        return str(value)
+    return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
+
+
+def epoch_line(record: dict, epochs: int, eta: str) -> str:
+    """`epoch 3/14  train_loss 0.412  test_acc 0.871  705 samples/s  ETA 4.1 min`."""
+    parts = [f"epoch {record['epoch']}/{epochs}"]
+    for key, value in record.items():
+        if key in _HIDDEN or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        split, _, name = key.partition("_")
+        label = f"{split}_{_SHORT.get(name, name)}" if split in ("train", "test") else key
+        parts.append(f"{label} {_number(float(value))}")
+    if "samples_per_s" in record:
+        parts.append(f"{record['samples_per_s']:.0f} samples/s")
+    parts.append(f"ETA {eta}")
+    return "  ".join(parts)
