@@ -14,6 +14,7 @@ from torchvision.models import resnet18
 from lib.models.resnet import CifarResNet18, ResNetConfig, count_parameters
 from lib.optim import (
     OPTIMIZERS,
+    check_optimizer_name,
     defaults_table,
     make_optimizer,
     warmup_cosine,
@@ -62,7 +63,7 @@ def test_factory_uses_the_table_and_the_documented_settings():
     for name, d in OPTIMIZERS.items():
         group = make_optimizer(name, params).param_groups[0]
         assert (group["lr"], group["weight_decay"]) == (d.lr, d.weight_decay)
-    sgd = make_optimizer("SGD", params).param_groups[0]
+    sgd = make_optimizer("sgd", params).param_groups[0]
     assert sgd["momentum"] == 0.9 and sgd["nesterov"] is True
     lion = make_optimizer("lion", params)
     assert isinstance(lion, Lion) and lion.param_groups[0]["betas"] == (0.9, 0.99)
@@ -79,9 +80,11 @@ def test_lion_defaults_follow_the_papers_3_to_10x_rule():
 
 
 def test_unknown_optimizer_lists_every_valid_choice():
+    """Names are checked once, by the config (check_optimizer_name); it canonicalises case."""
     with pytest.raises(ValueError, match="unknown optimizer 'adagrad'") as err:
-        make_optimizer("adagrad", [nn.Parameter(torch.zeros(1))])
+        check_optimizer_name("adagrad")
     assert all(name in str(err.value) for name in OPTIMIZERS)
+    assert check_optimizer_name(" SGD ") == "sgd"
     with pytest.raises(ValueError, match="lr=-1.0"):
         make_optimizer("sgd", [nn.Parameter(torch.zeros(1))], lr=-1)
 
