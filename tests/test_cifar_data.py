@@ -11,6 +11,9 @@ import torch
 from torch import nn
 
 from lib.data.cifar import (
+    CIFAR10_CLASSES,
+    CIFAR100_CLASSES,
+    CIFAR100_SUPERCLASSES,
     STATS,
     example_grid,
     load_cifar,
@@ -19,12 +22,7 @@ from lib.data.cifar import (
 from lib.data.cifar import (
     build_datasets as cifar_datasets,
 )
-from lib.data.cifar_sample import (
-    CIFAR10_CLASSES,
-    CIFAR100_CLASSES,
-    CIFAR100_SUPERCLASSES,
-    write_cifar_sample,
-)
+from lib.data.cifar_sample import write_cifar_sample
 from lib.data.label_noise import add_label_noise, pair_noise, realised_rate, symmetric_noise
 
 LABELS = np.arange(10_000) % 10

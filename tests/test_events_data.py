@@ -11,6 +11,7 @@ import torch
 
 from lib.data import events_sample
 from lib.data.events import (
+    DVSGESTURE_LIGHTING,
     FramesToTensor,
     SparseFrames,
     cache_file,
@@ -102,7 +103,7 @@ def test_dvsgesture_sample_has_users_lighting_and_microseconds(data_dir):
     root = events_sample.write_dvsgesture_sample(data_dir / "sample")
     ds = load_events("dvsgesture", root, train=False, sample=True)
     events, label = ds[0]
-    assert set(ds.users) == {24} and ds.lighting[0] in events_sample.DVSGESTURE_LIGHTING
+    assert set(ds.users) == {24} and ds.lighting[0] in DVSGESTURE_LIGHTING
     assert events["t"].max() > 1_000_000  # 1.5 s recordings stored in ms, read back in us
     assert ds.data == sorted(ds.data) and label == ds.targets[0]
 

@@ -17,34 +17,12 @@ import torch
 import torch.nn.functional as F
 
 from lib import atomic
-
-CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                   "ship", "truck")
-CIFAR100_SUPERCLASSES = {
-    "aquatic_mammals": ("beaver", "dolphin", "otter", "seal", "whale"),
-    "fish": ("aquarium_fish", "flatfish", "ray", "shark", "trout"),
-    "flowers": ("orchid", "poppy", "rose", "sunflower", "tulip"),
-    "food_containers": ("bottle", "bowl", "can", "cup", "plate"),
-    "fruit_and_vegetables": ("apple", "mushroom", "orange", "pear", "sweet_pepper"),
-    "household_electrical_devices": ("clock", "keyboard", "lamp", "telephone", "television"),
-    "household_furniture": ("bed", "chair", "couch", "table", "wardrobe"),
-    "insects": ("bee", "beetle", "butterfly", "caterpillar", "cockroach"),
-    "large_carnivores": ("bear", "leopard", "lion", "tiger", "wolf"),
-    "large_man-made_outdoor_things": ("bridge", "castle", "house", "road", "skyscraper"),
-    "large_natural_outdoor_scenes": ("cloud", "forest", "mountain", "plain", "sea"),
-    "large_omnivores_and_herbivores": ("camel", "cattle", "chimpanzee", "elephant", "kangaroo"),
-    "medium_mammals": ("fox", "porcupine", "possum", "raccoon", "skunk"),
-    "non-insect_invertebrates": ("crab", "lobster", "snail", "spider", "worm"),
-    "people": ("baby", "boy", "girl", "man", "woman"),
-    "reptiles": ("crocodile", "dinosaur", "lizard", "snake", "turtle"),
-    "small_mammals": ("hamster", "mouse", "rabbit", "shrew", "squirrel"),
-    "trees": ("maple_tree", "oak_tree", "palm_tree", "pine_tree", "willow_tree"),
-    "vehicles_1": ("bicycle", "bus", "motorcycle", "pickup_truck", "train"),
-    "vehicles_2": ("lawn_mower", "rocket", "streetcar", "tank", "tractor"),
-}
-# The official meta lists both name sets in alphabetical order; label i is the i-th name.
-CIFAR100_CLASSES = tuple(sorted(c for group in CIFAR100_SUPERCLASSES.values() for c in group))
-CIFAR100_COARSE = tuple(sorted(CIFAR100_SUPERCLASSES))
+from lib.data.cifar import (
+    CIFAR10_CLASSES,
+    CIFAR100_CLASSES,
+    CIFAR100_COARSE,
+    CIFAR100_SUPERCLASSES,
+)
 
 
 def _prototypes(num_classes: int, rng: np.random.Generator) -> np.ndarray:

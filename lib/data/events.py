@@ -30,7 +30,6 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, Subset, random_split
 
-from lib.data import events_sample
 from lib.errors import DataError, DataNotFound
 
 NAMES = ("nmnist", "dvsgesture", "cifar10dvs")
@@ -39,9 +38,16 @@ TONIC_CLASSES = {"nmnist": tonic.datasets.NMNIST, "dvsgesture": tonic.datasets.D
 # The official code's framing: window / 1 ms for N-MNIST (300) and DVS Gesture (500),
 # 1 s / 10 ms for CIFAR10-DVS (100).
 OFFICIAL_TIME_BINS = {"nmnist": 300, "dvsgesture": 500, "cifar10dvs": 100}
-SAMPLE_WRITERS = {"nmnist": events_sample.write_nmnist_sample,
-                  "dvsgesture": events_sample.write_dvsgesture_sample,
-                  "cifar10dvs": events_sample.write_cifar10dvs_sample}
+CIFAR10DVS_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
+                      "ship", "truck")
+DVSGESTURE_LIGHTING = ("fluorescent", "led", "natural")
+
+
+def _write_sample(name: str, folder: Path) -> Path:
+    """The offline sample of `name` in its real format (the writer imports this module)."""
+    from lib.data import events_sample
+
+    return getattr(events_sample, f"write_{name}_sample")(folder)
 # A frame holds the events of one pixel and polarity in one time bin: uint8 keeps up to 255.
 MAX_COUNT = 255
 
@@ -292,7 +298,7 @@ def build_datasets(name: str, data_dir: Path, *, sample: bool = False,
     _check_framing(n_time_bins, dt_us, fixed_t, downsample, static_shapes)
     if not 0 < test_fraction < 1:
         raise DataError(f"test_fraction={test_fraction!r} must be between 0 and 1.")
-    root = SAMPLE_WRITERS[name](Path(data_dir) / "sample") if sample else Path(data_dir)
+    root = _write_sample(name, Path(data_dir) / "sample") if sample else Path(data_dir)
     cache_dir = Path(cache_dir) if cache_dir else Path(data_dir) / "cache"
     tf = event_transform(name, n_time_bins=n_time_bins, dt_us=dt_us, downsample=downsample,
                          denoise_us=denoise_us)
@@ -304,7 +310,7 @@ def build_datasets(name: str, data_dir: Path, *, sample: bool = False,
         n_train = int((1 - test_fraction) * len(full))
         split = torch.Generator().manual_seed(seed)
         train, test = random_split(cached, [n_train, len(full) - n_train], generator=split)
-        classes = list(events_sample.CIFAR10DVS_CLASSES)
+        classes = list(CIFAR10DVS_CLASSES)
     else:
         train_raw = load_events(name, root, True, tf, sample=sample)
         test_raw = load_events(name, root, False, tf, sample=sample)

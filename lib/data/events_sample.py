@@ -22,10 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from lib import atomic
-
-CIFAR10DVS_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                      "ship", "truck")
-DVSGESTURE_LIGHTING = ("fluorescent", "led", "natural")
+from lib.data.events import CIFAR10DVS_CLASSES, DVSGESTURE_LIGHTING
 
 
 def blob_events(rng: np.random.Generator, label: int, n_classes: int, size: int,
