@@ -36,9 +36,10 @@ def _copy(trained: Path, tmp_path: Path) -> tuple[Path, dict]:
                                   OUT_DIR=str(tmp_path / "run"))
 
 
-def _fails(tmp_path: Path, **params) -> papermill.PapermillExecutionError:
+def _fails(tmp_path: Path, env: dict | None = None,
+           **params) -> papermill.PapermillExecutionError:
     with pytest.raises(papermill.PapermillExecutionError) as err:
-        execute("fashion_mnist", "local_mps", tmp_path / "nb", **params)
+        execute("fashion_mnist", "local_mps", tmp_path / "nb", env=env, **params)
     return err.value
 
 
@@ -76,6 +77,18 @@ def test_a_misspelt_parameter_trains_nothing(tmp_path):
     assert err.ename == "ConfigError"
     assert "unknown parameter EPOCH for fashion_mnist: did you mean EPOCHS?" in err.evalue
     assert not (tmp_path / "run").exists()
+    (error,) = _error_outputs(tmp_path / "nb" / "local_mps-fashion_mnist.ipynb")
+    assert error["traceback"] == [f"ConfigError: {err.evalue}"]  # no lib traceback
+
+
+def test_a_bug_keeps_its_traceback_and_the_switch_shows_a_user_errors_whole(tmp_path):
+    """TA_TRACEBACK=1: the user error's whole traceback, for a bug report."""
+    err = _fails(tmp_path, env={"TA_TRACEBACK": "1"},
+                 **dict(SMALL, OUT_DIR=str(tmp_path / "run"), EPOCHS=-1))
+    (error,) = _error_outputs(tmp_path / "nb" / "local_mps-fashion_mnist.ipynb")
+    text = "".join(error["traceback"])
+    assert err.ename == "ConfigError" and "EPOCHS=-1 must be > 0" in text
+    assert "Traceback (most recent call last)" in text and "lib/config.py" in text
 
 
 def test_resume_new_starts_afresh_in_a_sub_folder_and_keeps_the_old_run(trained, tmp_path):
