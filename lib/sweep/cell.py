@@ -20,13 +20,20 @@ CELL, DONE, FAILED = "cell.json", "DONE.json", "FAILED.json"
 
 
 def finish(cell_dir: Path, out_dir: Path, started: float) -> dict:
-    """Write DONE.json for a cell whose run folder `out_dir` holds its outputs."""
+    """Write DONE.json for a cell whose outputs are in `out_dir`.
+
+    When cells share OUT_DIR (the optimizer study) the cell's run is the one whose
+    metrics.jsonl changed since the cell started.
+    """
     metric, runs = headline(out_dir)
     spec = json.loads((cell_dir / CELL).read_text())
-    mine = [last for label, last in runs
-            if not spec.get("shared_out") or spec["name"] in label or label == "."]
-    result = {"name": spec["name"], "values": spec["values"], "metric": metric,
-              "value": next((r.get(metric) for r in mine if metric in r), None),
+    if spec.get("shared_out"):
+        fresh = [(label, last) for label, last in runs
+                 if (Path(out_dir) / label / "metrics.jsonl").stat().st_mtime >= started - 1]
+        runs = fresh or runs
+    value = next((last.get(metric) for _, last in runs if metric in last), None)
+    result = {"name": spec["name"], "values": spec["values"], "metric": metric, "value": value,
+              "runs": [label for label, _ in runs] if spec.get("shared_out") else ["run"],
               "started_at": started, "finished_at": time.time()}
     (cell_dir / FAILED).unlink(missing_ok=True)
     atomic.write_text(cell_dir / DONE, json.dumps(result, indent=1))
