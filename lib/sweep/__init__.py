@@ -46,6 +46,10 @@ SWEEP = "sweep.json"
 CELL, DONE, FAILED = "cell.json", "DONE.json", "FAILED.json"
 
 
+class BackendError(RuntimeError):
+    """The engine refused or failed (credentials, quota, network): one line, exit 1."""
+
+
 @dataclass(frozen=True)
 class Cell:
     """One grid cell: its values and its folder under DIR/cells."""
@@ -106,8 +110,9 @@ def plan(args) -> tuple[dict, list[Cell]]:
     out = Path(args.out).expanduser().resolve()
     shared = workload in SHARED_OUT
     remote = args.on in ("kaggle", "colab")
+    # Remote cells get their paths as given (they name the remote machine's folders).
     sweep = {"workload": workload, "platform": platform, "grid": grid,
-             "params": absolute_paths(base), "shared_out": shared}
+             "params": base if remote else absolute_paths(base), "shared_out": shared}
     old = out / SWEEP
     if old.exists():
         before = json.loads(old.read_text())
@@ -196,7 +201,11 @@ def sweep_command(args) -> int:
         from importlib import import_module
 
         backend = import_module(f"lib.sweep.{args.on}")
-        backend.run(todo, args, out)
+        try:
+            backend.run(todo, args, out)
+        except BackendError as exc:
+            print(f"train-anywhere sweep: {exc}", file=sys.stderr)
+            return 1
     failed = [c for c in cells if not c.done]
     for c in failed:
         reason = "did not finish"

@@ -1,0 +1,108 @@
+"""The kaggle and colab backends, through the real `kaggle` client against a loopback
+stand-in of its endpoints, and a stand-in `colab` executable checked against the real CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.kaggle_server import FakeKaggle
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sweep(*args: str, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lib", "sweep", *args], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+                          timeout=timeout)
+
+
+def kaggle_env(tmp_path: Path, **extra) -> dict:
+    """Placeholder credentials, a private config folder, kagglesdk's TEST endpoint."""
+    config = tmp_path / "kaggle-config"
+    config.mkdir(exist_ok=True)
+    return {"KAGGLE_API_ENVIRONMENT": "TEST", "KAGGLE_CONFIG_DIR": str(config),
+            "HOME": str(tmp_path), "KAGGLE_USERNAME": "tester", "KAGGLE_KEY": "placeholder",
+            **extra}
+
+
+SMOKE = ["-p", "SMOKE", "True", "-p", "SAMPLE_DATA", "True", "-p", "EPOCHS", "1",
+         "-p", "DATA_DIR", "/kaggle/working/data"]
+
+
+@pytest.mark.notebook
+def test_kaggle_sweep_pushes_polls_and_gathers_each_cell(tmp_path):
+    out = tmp_path / "k"
+    args = ["fashion_mnist", "--grid", "SEED=1,2", *SMOKE, "--out", str(out), "--on", "kaggle",
+            "--max-running", "1", "--poll", "0.5", "--hours-per-cell", "20"]
+    with FakeKaggle(tmp_path / "kaggle-side", {"OMP_NUM_THREADS": "1"}) as server:
+        proc = sweep(*args, env=kaggle_env(tmp_path))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        # The quota warning: 2 cells x 20 h > 30 h, one line.
+        warn = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+        assert len(warn) == 1 and "40.0 h exceed the 30 h" in warn[0]
+        pushes = [b for e, b, _ in server.requests if e == "SaveKernel"]
+        assert [b["slug"] for b in pushes] == ["tester/fashion-mnist-kaggle-p100-seed-1",
+                                               "tester/fashion-mnist-kaggle-p100-seed-2"]
+        first = pushes[0]
+        assert first["enableGpu"] is True and first["isPrivate"] is True
+        assert first["machineShape"] == "NvidiaTeslaP100" and first["language"] == "python"
+        nb = json.loads(first["text"])
+        injected = next(c for c in nb["cells"]
+                        if "injected-parameters" in c["metadata"].get("tags", []))
+        assert "SEED = 1\n" in injected["source"] and 'OUT_DIR = "/kaggle/working/out"' in \
+            injected["source"]
+        assert all(c.get("outputs", []) == [] for c in nb["cells"] if c["cell_type"] == "code")
+        # --max-running 1: the second push waits for the first kernel to complete.
+        order = [e for e, _, _ in server.requests]
+        second = [i for i, e in enumerate(order) if e == "SaveKernel"][1]
+        assert "ListKernelSessionOutput" in order[:second]
+        assert all(a.startswith("Basic ") for _, _, a in server.requests)
+        n_requests = len(server.requests)
+        again = sweep(*args, env=kaggle_env(tmp_path))
+        assert again.returncode == 0 and "2 cells, 2 finished, 0 to run" in again.stdout
+        assert len(server.requests) == n_requests, "a finished grid asks Kaggle nothing"
+    for seed in (1, 2):
+        run = out / "cells" / f"seed={seed}" / "run"
+        records = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
+        assert records[-1]["epoch"] == 1 and (run / "checkpoints").is_dir()
+    with open(out / "summary.csv") as f:
+        assert [(r["SEED"], r["status"]) for r in csv.DictReader(f)] == [("1", "done"),
+                                                                          ("2", "done")]
+
+
+def test_kaggle_without_credentials_is_one_line(tmp_path):
+    env = kaggle_env(tmp_path)
+    env.pop("KAGGLE_USERNAME"), env.pop("KAGGLE_KEY")
+    env["KAGGLE_API_TOKEN"] = ""
+    proc = sweep("fashion_mnist", "--grid", "SEED=1", "--out", str(tmp_path / "k"), "--on",
+                 "kaggle", env=env, timeout=120)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "no Kaggle credentials" in lines[0], proc.stderr
+    assert (tmp_path / "k" / "cells" / "seed=1" / "cell.json").exists(), "grid state kept"
+
+
+@pytest.mark.notebook
+def test_kaggle_cell_that_fails_remotely_is_one_line_and_retried(tmp_path):
+    """The kernel errors (DEVICE cuda on a machine without one): the cell's failure is one
+    line, the state kept; fixing nothing and re-running pushes that cell again."""
+    out = tmp_path / "k"
+    args = ["fashion_mnist", "--grid", "SEED=1", *SMOKE, "-p", "DEVICE", "cuda", "--out",
+            str(out), "--on", "kaggle", "--poll", "0.5"]
+    with FakeKaggle(tmp_path / "kaggle-side", {"NO_CUDA": "1"}) as server:
+        proc = sweep(*args, env=kaggle_env(tmp_path))
+        assert proc.returncode == 1
+        failed = [line for line in proc.stderr.splitlines() if line.startswith("cell ")]
+        assert len(failed) == 1 and "seed=1 failed: kernel tester/" in failed[0]
+        assert "ended ERROR" in failed[0] and "DeviceError" in failed[0]
+        assert "run the same command again" in proc.stderr
+        again = sweep(*args, env=kaggle_env(tmp_path))
+        assert again.returncode == 1
+        assert [e for e, _, _ in server.requests].count("SaveKernel") == 2
