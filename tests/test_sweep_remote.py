@@ -106,3 +106,86 @@ def test_kaggle_cell_that_fails_remotely_is_one_line_and_retried(tmp_path):
         again = sweep(*args, env=kaggle_env(tmp_path))
         assert again.returncode == 1
         assert [e for e, _, _ in server.requests].count("SaveKernel") == 2
+
+
+def colab_env(tmp_path: Path, **extra) -> dict:
+    """A `colab` stand-in first on PATH, its call log and VM folders in tmp_path."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    exe = bin_dir / "colab"
+    exe.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                   "from tests.fakes.colab_cli import main\nraise SystemExit(main(sys.argv[1:]))\n")
+    exe.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "COLAB_FAKE_LOG": str(tmp_path / "colab-calls.jsonl"),
+            "COLAB_FAKE_VMS": str(tmp_path / "vms"), **extra}
+
+
+def colab_calls(tmp_path: Path) -> list[list[str]]:
+    path = tmp_path / "colab-calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+COLAB_SMOKE = ["-p", "SMOKE", "True", "-p", "SAMPLE_DATA", "True", "-p", "EPOCHS", "1",
+               "-p", "DATA_DIR", "/content/data"]
+
+
+def test_the_colab_stand_in_refuses_a_flag_the_real_cli_lacks(tmp_path):
+    env = {**os.environ, **colab_env(tmp_path)}
+    bad = subprocess.run(["colab", "new", "-s", "x", "--accelerator", "T4"], env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "No such option: --accelerator" in bad.stderr
+    ok = subprocess.run(["colab", "new", "-s", "x", "--gpu", "T4"], env=env, capture_output=True,
+                        text=True)
+    assert ok.returncode == 0 and (tmp_path / "vms" / "x" / "gpu").read_text() == "T4"
+
+
+@pytest.mark.notebook
+def test_colab_sweep_runs_each_cell_on_a_fresh_vm_and_releases_it(tmp_path):
+    out = tmp_path / "c"
+    args = ["fashion_mnist", "--grid", "SEED=1,2", *COLAB_SMOKE, "--out", str(out), "--on",
+            "colab", "--gpu", "L4", "--jobs", "1", "--time", "30"]
+    proc = sweep(*args, env=colab_env(tmp_path, COLAB_FAKE_ENV=json.dumps(
+        {"OMP_NUM_THREADS": "1"})))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = colab_calls(tmp_path)
+    assert [c[0] for c in calls] == ["new", "exec", "exec", "download", "stop"] * 2
+    new, exec_nb = calls[0], calls[1]
+    session = new[new.index("-s") + 1]
+    assert new[new.index("--gpu") + 1] == "L4"
+    assert all(c[c.index("-s") + 1] == session for c in calls[:5])
+    assert exec_nb[exec_nb.index("--timeout") + 1] == "1800.0"
+    pushed = json.loads(Path(exec_nb[exec_nb.index("-f") + 1]).read_text())
+    injected = next(c for c in pushed["cells"]
+                    if "injected-parameters" in c["metadata"].get("tags", []))
+    assert 'OUT_DIR = "/content/out"' in "".join(injected["source"])
+    assert not (tmp_path / "vms").exists() or not any((tmp_path / "vms").iterdir())
+    for seed in (1, 2):
+        run = out / "cells" / f"seed={seed}" / "run"
+        assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["epoch"] == 1
+        assert (out / "cells" / f"seed={seed}" / "notebook.ipynb").exists()
+    assert "| 1 | test_accuracy | " in proc.stdout and "| 2 | test_accuracy | " in proc.stdout
+
+
+@pytest.mark.notebook
+def test_colab_cell_that_fails_is_one_line_and_the_vm_is_still_released(tmp_path):
+    out = tmp_path / "c"
+    args = ["fashion_mnist", "--grid", "SEED=1", *COLAB_SMOKE, "-p", "DEVICE", "cuda", "--out",
+            str(out), "--on", "colab"]
+    proc = sweep(*args, env=colab_env(tmp_path, COLAB_FAKE_ENV=json.dumps({"NO_CUDA": "1"})))
+    assert proc.returncode == 1
+    failed = [line for line in proc.stderr.splitlines() if line.startswith("cell ")]
+    assert len(failed) == 1 and failed[0].startswith("cell seed=1 failed: DeviceError: ")
+    assert [c[0] for c in colab_calls(tmp_path)] == ["new", "exec", "stop"]
+    assert not any((tmp_path / "vms").iterdir())
+
+
+def test_colab_without_credentials_is_one_line_and_resumable(tmp_path):
+    out = tmp_path / "c"
+    args = ["fashion_mnist", "--grid", "SEED=1", *COLAB_SMOKE, "--out", str(out), "--on", "colab"]
+    proc = sweep(*args, env=colab_env(tmp_path, COLAB_FAKE_NO_AUTH="1"), timeout=120)
+    assert proc.returncode == 1
+    failed = [line for line in proc.stderr.splitlines() if line.startswith("cell ")]
+    assert len(failed) == 1 and "`colab new` failed ([colab] Error: no credentials" in failed[0]
+    assert (out / "cells" / "seed=1" / "FAILED.json").exists()
+    assert [c[0] for c in colab_calls(tmp_path)] == ["new"], "no VM: nothing to stop"
