@@ -56,7 +56,7 @@ def test_params_are_read_from_the_parameters_cell(capsys):
 
 @pytest.mark.parametrize("text,value", [("3", 3), ("0.5", 0.5), ("True", True), ("false", False),
                                         ("None", None), ("[0, 1]", [0, 1]), ("adamw", "adamw"),
-                                        ("'x y'", "x y"), ("/tmp/a", "/tmp/a")])
+                                        ("'x y'", "x y"), ("runs/a", "runs/a")])
 def test_parse_value(text, value):
     assert cli.parse_value(text) == value
 
