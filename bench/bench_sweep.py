@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, markdown_table
+from bench.common import ROOT, load_average, markdown_table
 
 BACKENDS = ("run", "local", "slurm", "kaggle", "colab")
 SMOKE = ["-p", "SMOKE", "True", "-p", "SAMPLE_DATA", "True", "-p", "EPOCHS", "1"]
@@ -92,35 +92,44 @@ def measure(backend: str) -> dict:
 
 
 def run(repeats: int = 2, backends=BACKENDS) -> dict:
+    """Each repeat measures every backend once, in a rotated order (the load here drifts)."""
+    load_before = load_average()
+    got: dict[str, list[dict]] = {b: [] for b in backends}
+    for r in range(repeats):
+        order = list(backends[r % len(backends):]) + list(backends[:r % len(backends)])
+        for backend in order:
+            got[backend].append(measure(backend))
+            print(f"[bench_sweep] repeat {r + 1}: {got[backend][-1]}", file=sys.stderr,
+                  flush=True)
     rows = []
     for backend in backends:
-        got = [measure(backend) for _ in range(repeats)]
-        ok = [g for g in got if "error" not in g]
+        ok = [g for g in got[backend] if "error" not in g]
         row = {"backend": backend, "repeats": len(ok)}
         if ok:
             row["to_first_step"] = statistics.median(g["to_first_step"] for g in ok)
             row["total"] = statistics.median(g["total"] for g in ok)
             row["each"] = " ".join(f"{g['to_first_step']:.1f}" for g in ok)
-        errors = [g["error"] for g in got if "error" in g]
+        errors = [g["error"] for g in got[backend] if "error" in g]
         row["note"] = errors[0] if errors else ""
         rows.append(row)
-        print(f"[bench_sweep] {row}", file=sys.stderr, flush=True)
     base = next((r.get("to_first_step") for r in rows if r["backend"] == "run"), None)
     for r in rows:
         if base is not None and "to_first_step" in r:
             r["over_run"] = r["to_first_step"] - base
-    return {"rows": rows, "repeats": repeats}
+    return {"rows": rows, "repeats": repeats, "load": (load_before, load_average())}
 
 
 def report(res: dict) -> str:
     rows = [{k: (f"{v:.1f}" if isinstance(v, float) else v) for k, v in r.items()}
             for r in res["rows"]]
     return ("One-cell sweep of the Fashion-MNIST notebook (SMOKE, SAMPLE_DATA, 1 epoch) per "
-            f"backend, {res['repeats']} repeat(s), median; `run` is `train-anywhere run` of the "
+            f"backend, {res['repeats']} repeat(s) in rotated order, median; `run` is "
+            "`train-anywhere run` of the "
             "same notebook (kernel start, imports, data) without a sweep. Seconds from starting "
             "the command to the cell's first training step (epoch 1's TensorBoard wall time "
             "less its duration). kaggle and colab: the tests' stand-ins, so no queue or VM "
-            "boot.\n\n" + markdown_table(rows, [
+            f"boot. Load average before / after: {res['load'][0]} / {res['load'][1]}.\n\n"
+            + markdown_table(rows, [
                 ("backend", "backend"), ("to_first_step", "s to first step"),
                 ("over_run", "s more than `run`"), ("each", "each repeat"),
                 ("total", "s whole command"), ("note", "note")]))

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,7 @@ def test_run_streams_epochs_and_ends_with_the_headline(tmp_path):
     """A real papermill run of the local notebook: one line per epoch, then where things are;
     `report` on its folder prints the table and writes the curves without training."""
     out = tmp_path / "run one"  # a space: paths are passed whole
+    started = time.time()
     proc = ta("run", "fashion_mnist", *SMOKE, "-p", "EPOCHS", "2",
               "-p", "DATA_DIR", str(tmp_path / "data"), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -166,6 +168,11 @@ def test_run_streams_epochs_and_ends_with_the_headline(tmp_path):
     assert f"executed notebook  {executed}" in proc.stdout and executed.exists()
     records = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == [1, 2]
+    # What bench_sweep dates a cell's first training step by: inside this run, before epoch 1
+    # ended.
+    from bench.bench_sweep import first_step
+
+    assert started < first_step(out) < (out / "metrics.jsonl").stat().st_mtime
 
     (out / "curves.png").unlink(missing_ok=True)
     rep = ta("report", str(out))

@@ -108,3 +108,19 @@ def test_slurm_sweep_through_submitits_local_executor(tmp_path):
                            timeout=300)
     assert again.returncode == 0 and "submitted" not in again.stdout
     assert "2 cells, 2 finished, 0 to run" in again.stdout
+
+
+@pytest.mark.notebook
+def test_local_cell_that_fails_is_one_line_and_the_grid_is_kept(tmp_path):
+    """Valid parameters the session refuses on this machine (DEVICE cuda, CUDA hidden)."""
+    out = tmp_path / "f"
+    args = ["fashion_mnist", "--grid", "SEED=1", *smoke(tmp_path / "data"), "-p", "DEVICE",
+            "cuda", "--out", str(out)]
+    proc = subprocess.run(sweep_cmd(*args), capture_output=True, text=True, cwd=ROOT,
+                          env={**ENV, "NO_CUDA": "1"}, timeout=600)
+    assert proc.returncode == 1
+    failed = [line for line in proc.stderr.splitlines() if line.startswith("cell ")]
+    assert len(failed) == 1 and failed[0].startswith("cell seed=1 failed: DeviceError: ")
+    assert "1 of 1 cells failed" in proc.stderr and "run the same command again" in proc.stderr
+    assert (out / "cells" / "seed=1" / "FAILED.json").exists()
+    assert not (out / "cells" / "seed=1" / "DONE.json").exists()
