@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -48,8 +49,17 @@ class Kernel:
 class FakeKaggle(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, root: Path, env: dict | None = None):
-        super().__init__(("127.0.0.1", PORT), Handler)
+    def __init__(self, root: Path, env: dict | None = None, wait_s: float = 900.0):
+        # The client's TEST endpoint is one fixed port: tests in parallel workers take turns.
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                super().__init__(("127.0.0.1", PORT), Handler)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
         self.root, self.env = Path(root), env or {}
         self.kernels: dict[str, Kernel] = {}
         self.requests: list[tuple[str, dict, str]] = []  # (endpoint, body, Authorization)
