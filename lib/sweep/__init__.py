@@ -161,12 +161,14 @@ def add_sweep_parser(sub, param_help: str) -> None:
     p.add_argument("--on", default="local", metavar="BACKEND",
                    help=f"where the cells run: {', '.join(BACKENDS)} (default local)")
     g = p.add_argument_group("local")
-    g.add_argument("--jobs", type=int, default=1, help="cells at once (default 1)")
+    g.add_argument("--jobs", type=int, default=1,
+                   help="cells at once: worker processes, Slurm array tasks or Colab VMs "
+                        "(default 1)")
     g = p.add_argument_group("slurm (through submitit: one job array)")
     g.add_argument("--partition", help="Slurm partition")
     g.add_argument("--gpus", type=int, default=None, help="GPUs per cell")
     g.add_argument("--time", type=int, default=None, metavar="MINUTES",
-                   help="time limit per cell in minutes")
+                   help="time limit per cell in minutes (also Kaggle's and colab exec's)")
     g.add_argument("--cluster", default="slurm", choices=("slurm", "local", "debug"),
                    help="submitit's executor: slurm, or local/debug to try the array here")
     g = p.add_argument_group("kaggle (kernels push / status / output)")
