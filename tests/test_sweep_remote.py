@@ -189,3 +189,35 @@ def test_colab_without_credentials_is_one_line_and_resumable(tmp_path):
     assert len(failed) == 1 and "`colab new` failed ([colab] Error: no credentials" in failed[0]
     assert (out / "cells" / "seed=1" / "FAILED.json").exists()
     assert [c[0] for c in colab_calls(tmp_path)] == ["new"], "no VM: nothing to stop"
+
+
+def test_kernel_slugs_are_unique_and_within_kaggles_limit():
+    from lib.sweep.kaggle import MAX_SLUG, slug_for
+
+    short = slug_for("fashion-mnist-kaggle-p100", "seed=1")
+    assert short == "fashion-mnist-kaggle-p100-seed-1"
+    cells = [f"optimizer={o}__seed={s}__label_noise=0.{n}" for o in ("adamw", "radam")
+             for s in range(3) for n in range(3)]
+    slugs = [slug_for("optimizer-study-kaggle-p100", c) for c in cells]
+    assert len(set(slugs)) == len(cells) and max(map(len, slugs)) <= MAX_SLUG
+    assert all(s == s.lower() and "--" not in s and not s.endswith("-") for s in slugs)
+
+
+def test_an_executed_notebooks_error_is_its_last_line(tmp_path):
+    import nbformat
+
+    from lib.sweep.colab import notebook_error
+
+    nb = nbformat.v4.new_notebook()
+    ok = nbformat.v4.new_code_cell("print(1)")
+    ok.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+    bad = nbformat.v4.new_code_cell("boom()")
+    bad.outputs = [nbformat.v4.new_output("error", ename="ConfigError",
+                                          evalue="first line\nEPOCHS=0 must be > 0", traceback=[])]
+    nb.cells = [ok, bad]
+    nbformat.write(nb, tmp_path / "x.ipynb")
+    assert notebook_error(tmp_path / "x.ipynb") == "ConfigError: EPOCHS=0 must be > 0"
+    nb.cells = [ok]
+    nbformat.write(nb, tmp_path / "y.ipynb")
+    assert notebook_error(tmp_path / "y.ipynb") is None
+    assert "did not come back" in notebook_error(tmp_path / "missing.ipynb")
