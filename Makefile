@@ -41,7 +41,8 @@ lint: install
 
 demo: install
 	$(PY) build_notebooks.py
-	$(PY) -m lib.demo
+	$(VENV)/bin/train-anywhere run fashion_mnist -p SAMPLE_DATA True -p SMOKE True -p EPOCHS 2 \
+	    -p DATA_DIR data --out demo
 
 # The whole suite: lint, --check, unit and notebook tests, then the XLA lane.
 test: test-main test-xla

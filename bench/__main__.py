@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 
-from bench import bench_gpu, bench_loop, bench_pipeline, bench_suite, bench_xla
+from bench import bench_gpu, bench_loop, bench_pipeline, bench_suite, bench_sweep, bench_xla
 from bench.common import FIGURES, ROOT, machine, markdown_table, run_python, set_threads
 
-SECTIONS = ("loop", "pipeline", "scan", "seg", "xla", "suite", "gpu")
+SECTIONS = ("loop", "pipeline", "scan", "seg", "xla", "suite", "sweep", "gpu")
 EXTERNAL = {"scan": ("bench_scan", "Mamba selective scan: parallel vs sequential"),
             "seg": ("bench_seg", "MSHNet SLS loss and metrics: vectorised vs per-sample")}
 # (default, --quick) keyword arguments of each section's run().
@@ -37,6 +37,7 @@ SIZES = {
     "xla": (dict(steps=10, batch=32, epochs=3), dict(steps=2, batch=16, epochs=2)),
     "suite": (dict(repeats=3), dict(repeats=1)),
     "gpu": (dict(steps=10), dict(steps=2)),
+    "sweep": (dict(repeats=2), dict(repeats=1, backends=("run", "local"))),
 }
 
 
@@ -73,6 +74,9 @@ def section(name: str, quick: bool, notebooks: list[str] | None, figures: Path,
         res = bench_suite.run(with_notebooks=notebooks is not None, workloads=notebooks,
                               **kwargs)
         return bench_suite.report(res), res
+    if name == "sweep":
+        res = bench_sweep.run(**kwargs)
+        return bench_sweep.report(res), res
     if name == "gpu":
         res = bench_gpu.run(**kwargs)
         return bench_gpu.report(res), res
@@ -85,6 +89,7 @@ TITLES = {"loop": "Loop overhead: `fit` vs a bare PyTorch loop",
           "pipeline": "Input pipeline: data loading vs training step",
           "scan": EXTERNAL["scan"][1], "seg": EXTERNAL["seg"][1],
           "xla": "XLA on the CPU vs eager CPU", "suite": "The suite: rendering and notebooks",
+          "sweep": "Sweep: overhead per grid cell of each backend",
           "gpu": "GPU: samples/s, peak memory, fraction of peak FLOP/s"}
 
 
@@ -118,6 +123,11 @@ def summary(results: dict) -> list[str]:
         lines.append(f"- smoke notebooks: {len(ok)} of {len(runs)} within "
                      f"{bench_suite.SMOKE_TARGET_S:.0f} s of cells and "
                      f"{bench_suite.SMOKE_TARGET_MB:.0f} MB{slowest}")
+    for row in results.get("sweep", {}).get("rows", []):
+        if "to_first_step" in row and row["backend"] != "run":
+            lines.append(f"- sweep --on {row['backend']}: {row['to_first_step']:.1f} s from "
+                         f"submit to a cell's first training step ({row.get('over_run', 0):+.1f}"
+                         " s against `train-anywhere run`)")
     if results.get("gpu", {}).get("status") == bench_gpu.NO_GPU:
         lines.append(f"- GPU: {bench_gpu.NO_GPU}")
     return lines

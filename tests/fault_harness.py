@@ -6,6 +6,7 @@ papermill does), so what is tested is exactly what a Colab user re-runs after a 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -160,3 +161,28 @@ def run_with_kills(script: Path, points: Iterable[Kill] = (), kills: int = 0,
 
 def strip_timing(history: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING} for r in history]
+
+
+def kill_when(cmd: list[str], ready, timeout: float = 600.0, poll: float = 0.2,
+              **popen) -> float:
+    """Run `cmd` in its own process group and SIGKILL the whole group once `ready()` is true.
+
+    For commands that fan out (a sweep's worker processes and their kernels): everything
+    the command started dies with it, as on a lost machine. Returns the seconds it ran;
+    fails if `cmd` exits before `ready()` or `timeout` passes.
+    """
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, **popen)
+    t0 = time.monotonic()
+    try:
+        while not ready():
+            if proc.poll() is not None:
+                raise AssertionError(f"{cmd[:4]}... exited ({proc.returncode}) before the kill")
+            if time.monotonic() - t0 > timeout:
+                raise AssertionError(f"{cmd[:4]}... not ready after {timeout:.0f}s")
+            time.sleep(poll)
+        return time.monotonic() - t0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

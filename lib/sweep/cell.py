@@ -1,0 +1,78 @@
+"""Run one grid cell where this process is: `python -m lib.sweep.cell CELL_DIR`.
+
+Reads CELL_DIR/cell.json, runs its notebook through papermill into CELL_DIR/notebook.ipynb
+and leaves DONE.json (with the headline metric) or FAILED.json (with the error's one line).
+The local and slurm backends call this; the kaggle and colab stand-ins run the pushed
+notebook the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from lib import atomic
+from lib.cli import ROOT, NotebookFailed, execute, headline
+
+CELL, DONE, FAILED = "cell.json", "DONE.json", "FAILED.json"
+
+
+def finish(cell_dir: Path, out_dir: Path, started: float) -> dict:
+    """Write DONE.json for a cell whose outputs are in `out_dir`.
+
+    When cells share OUT_DIR (the optimizer study) the cell's run is the one whose
+    metrics.jsonl changed since the cell started.
+    """
+    metric, runs = headline(out_dir)
+    spec = json.loads((cell_dir / CELL).read_text())
+    if spec.get("shared_out"):
+        fresh = [(label, last) for label, last in runs
+                 if (Path(out_dir) / label / "metrics.jsonl").stat().st_mtime >= started - 1]
+        runs = fresh or runs
+    value = next((last.get(metric) for _, last in runs if metric in last), None)
+    result = {"name": spec["name"], "values": spec["values"], "metric": metric, "value": value,
+              "runs": [label for label, _ in runs] if spec.get("shared_out") else ["run"],
+              "started_at": started, "finished_at": time.time()}
+    (cell_dir / FAILED).unlink(missing_ok=True)
+    atomic.write_text(cell_dir / DONE, json.dumps(result, indent=1))
+    return result
+
+
+def fail(cell_dir: Path, error: str) -> None:
+    atomic.write_text(Path(cell_dir) / FAILED, json.dumps({"error": error}, indent=1))
+
+
+def run_cell(cell_dir: str | Path) -> dict:
+    """Run the cell here; its DONE.json content, or NotebookFailed (FAILED.json written)."""
+    cell_dir = Path(cell_dir)
+    spec = json.loads((cell_dir / CELL).read_text())
+    if (cell_dir / DONE).exists():
+        return json.loads((cell_dir / DONE).read_text())
+    notebook = ROOT / "notebooks" / spec["platform"] / f"{spec['workload']}.ipynb"
+    started = time.time()
+    try:
+        execute(notebook, cell_dir / "notebook.ipynb", spec["params"])
+    except NotebookFailed as exc:
+        fail(cell_dir, str(exc))
+        raise
+    return finish(cell_dir, Path(spec["params"]["OUT_DIR"]), started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m lib.sweep.cell CELL_DIR", file=sys.stderr)
+        return 2
+    try:
+        result = run_cell(argv[0])
+    except NotebookFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

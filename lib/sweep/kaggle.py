@@ -1,0 +1,208 @@
+"""The `kaggle` backend: each cell pushed as a Kaggle kernel through the `kaggle` client.
+
+Per cell, CELL_DIR/kaggle/ holds what is pushed: the builder's kernel-metadata.json for the
+platform (its id made unique per cell) and the platform notebook with the cell's parameters
+baked in by papermill (an `injected-parameters` cell, as papermill would run it). Then
+`KaggleApi.kernels_push`, `kernels_status` every `--poll` seconds, and `kernels_output`
+of `out/` (the cell's OUT_DIR, /kaggle/working/out) into the cell's run folder. At most
+`--max-running` kernels run at once (Kaggle's GPU concurrency limit). A pushed cell is
+remembered in CELL_DIR/kaggle.json, so re-running the sweep polls it instead of pushing
+it again; a failed one is pushed again.
+
+The client reads credentials as `kaggle` itself does (KAGGLE_API_TOKEN, ~/.kaggle/...,
+KAGGLE_USERNAME + KAGGLE_KEY). KAGGLE_API_ENVIRONMENT selects kagglesdk's endpoint (TEST:
+http://localhost:7777, which the tests serve with a stand-in); kaggle 2.2's KaggleApi
+passes only its own --local/--staging flags to kagglesdk, so `_Api` hands it that choice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from lib import atomic
+from lib.cli import NOTEBOOKS, UsageError
+from lib.sweep.cell import fail, finish
+
+REMOTE_WORK = "/kaggle/working"
+REMOTE_OUT = f"{REMOTE_WORK}/out"  # the cell's OUT_DIR on Kaggle; gathered as out/...
+MAX_SLUG = 50  # Kaggle's longest kernel title / slug
+FINAL_FAILED = ("ERROR", "CANCEL_REQUESTED", "CANCEL_ACKNOWLEDGED")
+
+
+class KaggleFailed(RuntimeError):
+    """The service refused or could not be reached: one line, grid state kept."""
+
+
+def client():
+    """An authenticated KaggleApi (the real client); UsageError if there are no credentials."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # `import kaggle` tries to log in
+            from kaggle.api.kaggle_api_extended import KaggleApi
+        from kagglesdk import KaggleClient
+        from kagglesdk.kaggle_env import KaggleEnv, get_env
+    except ImportError:
+        raise UsageError("the kaggle backend needs the kaggle client: pip install "
+                         "'train-anywhere[sweep]' (or pip install kaggle six).") from None
+
+    class _Api(KaggleApi):
+        def build_kaggle_client(self):
+            env = get_env()
+            if env == KaggleEnv.PROD or any(a in self.args for a in ("--local", "--staging",
+                                                                     "--admin")):
+                return super().build_kaggle_client()
+            return KaggleClient(env=env, verbose="--verbose" in self.args,
+                                username=self.config_values.get(self.CONFIG_NAME_USER),
+                                password=self.config_values.get(self.CONFIG_NAME_KEY),
+                                api_token=self.config_values.get(self.CONFIG_NAME_TOKEN),
+                                response_processor=self.get_response_processor())
+
+    api = _Api()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            api.authenticate()
+    except SystemExit:
+        raise UsageError("no Kaggle credentials: create a token at kaggle.com/settings/api and "
+                         "export KAGGLE_API_TOKEN=..., or run `kaggle auth login`; then run the "
+                         "same command again.") from None
+    return api
+
+
+def slug_for(base: str, cell: str) -> str:
+    """A kernel slug for one cell: lower-case, dashes, at most 50 characters, unique."""
+    import hashlib
+
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{base}-{cell}".lower()).strip("-")
+    if len(slug) > MAX_SLUG:
+        digest = hashlib.sha1(slug.encode()).hexdigest()[:8]
+        slug = f"{slug[:MAX_SLUG - 9].rstrip('-')}-{digest}"
+    return slug
+
+
+def prepare(cell, owner: str | None) -> tuple[Path, str]:
+    """CELL_DIR/kaggle/: kernel-metadata.json and the parameterised notebook; (folder, ref)."""
+    import nbformat
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    spec = cell.spec()
+    workload, platform = spec["workload"], spec["platform"]
+    meta_path = NOTEBOOKS / platform / "kernels" / workload / "kernel-metadata.json"
+    if not meta_path.exists():
+        raise UsageError(f"platform {platform} is not a Kaggle platform (no "
+                         f"{meta_path.relative_to(NOTEBOOKS.parent)}); use --platform "
+                         "kaggle_p100, kaggle_t4x2 or kaggle_tpu.")
+    meta = json.loads(meta_path.read_text())
+    meta_owner, base = meta["id"].split("/", 1)
+    slug = slug_for(base, spec["name"])
+    meta.update(id=f"{owner or meta_owner}/{slug}", title=slug, code_file="notebook.ipynb")
+    folder = cell.dir / "kaggle"
+    folder.mkdir(parents=True, exist_ok=True)
+    nb = load_notebook_node(str(NOTEBOOKS / platform / f"{workload}.ipynb"))  # as papermill
+    params = {**spec["params"], "OUT_DIR": REMOTE_OUT}
+    nb = parameterize_notebook(nb, params, kernel_name="python3", language="python")
+    nbformat.write(nb, folder / "notebook.ipynb")
+    atomic.write_text(folder / "kernel-metadata.json", json.dumps(meta, indent=2))
+    return folder, meta["id"]
+
+
+def _quota(cells: list, todo: list, args) -> None:
+    """Say (one line) when the grid's estimated GPU hours exceed the weekly quota left."""
+    per_cell = args.hours_per_cell
+    if per_cell is None:
+        took = [json.loads((c.dir / "DONE.json").read_text()) for c in cells if c.done]
+        took = [(d["finished_at"] - d["started_at"]) / 3600 for d in took if "started_at" in d]
+        per_cell = statistics.median(took) if took else None
+    if per_cell is None:
+        return
+    need = per_cell * len(todo)
+    if need > args.quota_hours:
+        print(f"warning: {len(todo)} cells x {per_cell:.2f} GPU h = {need:.1f} h exceed the "
+              f"{args.quota_hours:g} h of weekly Kaggle GPU quota left (--quota-hours); the "
+              "cells past it fail when the quota runs out: run the same command after the "
+              "weekly reset to finish them.", file=sys.stderr, flush=True)
+
+
+def _gather(api, cell, ref: str, pushed_at: float) -> dict:
+    """kernels_output of out/ into the cell's run folder (or the shared OUT), then DONE."""
+    spec = cell.spec()
+    remote = cell.dir / "remote"
+    shutil.rmtree(remote, ignore_errors=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        api.kernels_output(ref, str(remote), file_pattern=r"^out/", force=True, quiet=True)
+    got = remote / "out"
+    # Shared: the sweep's own folder, where the study keeps one folder per grid run.
+    target = cell.dir.parent.parent if spec.get("shared_out") else cell.dir / "run"
+    if got.is_dir():
+        shutil.copytree(got, target, dirs_exist_ok=True, copy_function=shutil.copy)
+    return finish(cell.dir, target, pushed_at)
+
+
+def run(cells: list, args, out: Path) -> None:
+    from lib.sweep import BackendError
+
+    _quota(cells, cells, args)
+    api = client()
+    owner = api.config_values.get(api.CONFIG_NAME_USER)
+    queue, running = [], {}
+    for cell in cells:
+        pushed = cell.dir / "kaggle.json"
+        if pushed.exists() and not (cell.dir / "FAILED.json").exists():
+            running[cell.name] = (cell, json.loads(pushed.read_text()))  # poll, don't re-push
+        else:
+            queue.append(cell)
+    total, n = len(cells), 0
+    try:
+        while queue or running:
+            while queue and len(running) < max(1, args.max_running):
+                cell = queue.pop(0)
+                folder, ref = prepare(cell, owner)
+                with contextlib.redirect_stdout(io.StringIO()):
+                    resp = api.kernels_push(str(folder), timeout=(str(args.time * 60)
+                                                                 if args.time else None))
+                if getattr(resp, "error", None):
+                    fail(cell.dir, f"Kaggle refused the push of {ref}: {resp.error}")
+                    n += 1
+                    print(f"[{n}/{total}] {cell.name}: push refused: {resp.error}", flush=True)
+                    continue
+                state = {"ref": ref, "version": getattr(resp, "version_number", None),
+                         "url": getattr(resp, "url", ""), "pushed_at": time.time()}
+                (cell.dir / "FAILED.json").unlink(missing_ok=True)
+                atomic.write_text(cell.dir / "kaggle.json", json.dumps(state, indent=1))
+                running[cell.name] = (cell, state)
+                print(f"pushed {cell.name} as kernel {ref} (version {state['version']})",
+                      flush=True)
+            for name, (cell, state) in list(running.items()):
+                resp = api.kernels_status(state["ref"])
+                status = getattr(resp.status, "name", str(resp.status))
+                if status == "COMPLETE":
+                    result = _gather(api, cell, state["ref"], state["pushed_at"])
+                    n += 1
+                    value = result.get("value")
+                    shown = (f"{result['metric']} {value:.4f}" if isinstance(value, float)
+                             else "done")
+                    print(f"[{n}/{total}] {cell.name}: {shown} (kernel {state['ref']})",
+                          flush=True)
+                    del running[name]
+                elif status in FINAL_FAILED:
+                    message = (resp.failure_message or "").strip().splitlines()
+                    fail(cell.dir, f"kernel {state['ref']} ended {status}"
+                         + (f": {message[-1]}" if message else ""))
+                    n += 1
+                    print(f"[{n}/{total}] {cell.name}: {status} (kernel {state['ref']})",
+                          flush=True)
+                    del running[name]
+            if running:
+                time.sleep(args.poll)
+    except (OSError, ValueError) as exc:  # requests' errors are OSErrors; the client's ValueError
+        detail = str(exc).strip().splitlines()
+        raise BackendError(f"Kaggle: {detail[-1] if detail else type(exc).__name__}; the "
+                           f"grid's state is kept in {out}: run the same command again to "
+                           "resume.") from None

@@ -1,0 +1,170 @@
+"""A loopback stand-in for the three Kaggle endpoints `kaggle kernels push/status/output` call.
+
+The real `kaggle` client (through kagglesdk) talks to http://localhost:7777/api/v1/... when
+KAGGLE_API_ENVIRONMENT=TEST. This server checks the request bodies the client really sends
+(camelCase JSON of kagglesdk's ApiSaveKernelRequest and friends), runs each pushed notebook
+locally through papermill (its /kaggle/working folder mapped to a temp folder, the kernel
+in the repository as the bootstrap cell expects) and serves its files as the kernel's
+output. Bound to 127.0.0.1 only; stopped by the test.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+ROOT = Path(__file__).resolve().parents[2]
+PORT = 7777  # kagglesdk's KaggleEnv.TEST endpoint
+PREFIX = "/api/v1/kernels.KernelsApiService/"
+WORKING = "/kaggle/working"
+
+
+class Kernel:
+    def __init__(self, slug: str, workdir: Path):
+        self.slug, self.workdir = slug, workdir
+        self.proc: subprocess.Popen | None = None
+        self.failure: str | None = None
+
+    def status(self) -> str:
+        if self.proc is None:
+            return "QUEUED"
+        rc = self.proc.poll()
+        if rc is None:
+            return "RUNNING"
+        if rc != 0:
+            log = (self.workdir / "papermill.log").read_text(errors="replace").strip()
+            self.failure = log.splitlines()[-1] if log else f"exit {rc}"
+            return "ERROR"
+        return "COMPLETE"
+
+
+class FakeKaggle(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, root: Path, env: dict | None = None, wait_s: float = 900.0):
+        # The client's TEST endpoint is one fixed port: tests in parallel workers take turns.
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                super().__init__(("127.0.0.1", PORT), Handler)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+        self.root, self.env = Path(root), env or {}
+        self.kernels: dict[str, Kernel] = {}
+        self.requests: list[tuple[str, dict, str]] = []  # (endpoint, body, Authorization)
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+        self.server_close()
+        for k in self.kernels.values():
+            if k.proc is not None and k.proc.poll() is None:
+                k.proc.kill()
+                k.proc.wait()
+
+    # The three endpoints --------------------------------------------------------------------
+    def save_kernel(self, body: dict) -> tuple[int, dict]:
+        for key, want in (("language", "python"), ("kernelType", "notebook")):
+            if body.get(key) != want:
+                return 400, {"code": 400, "message": f"{key} must be {want!r}"}
+        owner, _, slug = (body.get("slug") or "").partition("/")
+        if not owner or not slug or body.get("newTitle") != slug:
+            return 400, {"code": 400, "message": f"bad slug/title {body.get('slug')!r}"}
+        nb = json.loads(body["text"])  # the client sends the notebook as one JSON string
+        if not any("injected-parameters" in c.get("metadata", {}).get("tags", [])
+                   for c in nb["cells"]):
+            return 400, {"code": 400, "message": "no injected-parameters cell"}
+        workdir = self.root / slug
+        workdir.mkdir(parents=True, exist_ok=True)
+        text = body["text"].replace(WORKING, str(workdir / "working"))
+        (workdir / "notebook.ipynb").write_text(text)
+        kernel = self.kernels[f"{owner}/{slug}"] = Kernel(slug, workdir)
+        with open(workdir / "papermill.log", "wb") as log:
+            kernel.proc = subprocess.Popen(
+                [sys.executable, "-m", "papermill", str(workdir / "notebook.ipynb"),
+                 str(workdir / "executed.ipynb"), "--cwd", str(ROOT), "-k", "python3"],
+                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+        version = sum(1 for e, b, _ in self.requests if e == "SaveKernel"
+                      and b.get("slug") == body["slug"])
+        return 200, {"ref": f"/code/{owner}/{slug}", "url": f"http://localhost:{PORT}/code/"
+                     f"{owner}/{slug}", "versionNumber": version}
+
+    def _kernel(self, body: dict) -> Kernel | None:
+        return self.kernels.get(f"{body.get('userName')}/{body.get('kernelSlug')}")
+
+    def status(self, body: dict) -> tuple[int, dict]:
+        kernel = self._kernel(body)
+        if kernel is None:
+            return 404, {"code": 404, "message": "Kernel not found"}
+        status = kernel.status()
+        return 200, {"status": status, **({"failureMessage": kernel.failure}
+                                          if status == "ERROR" else {})}
+
+    def output(self, body: dict) -> tuple[int, dict]:
+        kernel = self._kernel(body)
+        if kernel is None:
+            return 404, {"code": 404, "message": "Kernel not found"}
+        working = kernel.workdir / "working"
+        files = [{"fileName": str(p.relative_to(working)),
+                  "url": f"http://localhost:{PORT}/files/{kernel.slug}/"
+                         f"{quote(str(p.relative_to(working)))}"}
+                 for p in sorted(working.rglob("*")) if p.is_file()]
+        return 200, {"files": files, "log": (kernel.workdir / "papermill.log").read_text()}
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: FakeKaggle
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _send(self, code: int, payload: bytes, ctype: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        endpoint = self.path.removeprefix(PREFIX)
+        auth = self.headers.get("Authorization", "")
+        self.server.requests.append((endpoint, body, auth))
+        user = base64.b64decode(auth.split(" ", 1)[1]).decode().split(":")[0] if \
+            auth.startswith("Basic ") else None
+        if not user:
+            code, reply = 401, {"code": 401, "message": "Unauthenticated"}
+        elif endpoint == "SaveKernel":
+            code, reply = self.server.save_kernel(body)
+        elif endpoint == "GetKernelSessionStatus":
+            code, reply = self.server.status(body)
+        elif endpoint == "ListKernelSessionOutput":
+            code, reply = self.server.output(body)
+        else:
+            code, reply = 404, {"code": 404, "message": f"no endpoint {self.path}"}
+        self._send(code, json.dumps(reply).encode())
+
+    def do_GET(self):  # noqa: N802
+        _, _, rest = self.path.partition("/files/")
+        slug, _, rel = rest.partition("/")
+        kernel = next((k for k in self.server.kernels.values() if k.slug == slug), None)
+        path = kernel.workdir / "working" / unquote(rel) if kernel else None
+        if path is None or not path.is_file():
+            self._send(404, b"not found", "text/plain")
+            return
+        self._send(200, path.read_bytes(), "application/octet-stream")

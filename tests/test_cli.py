@@ -1,0 +1,193 @@
+"""`train-anywhere` / `python -m lib`: every subcommand, --help, and bad inputs as one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lib import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = ["-p", "SMOKE", "True", "-p", "SAMPLE_DATA", "True"]
+
+
+def ta(*args: str, cwd: Path | None = None, env: dict | None = None,
+       timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m lib ARGS` in a fresh process, as a user types it."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "lib", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=full_env, timeout=timeout)
+
+
+def stderr_lines(proc) -> list[str]:
+    """What the user sees on stderr, less the kernel's own transport warning."""
+    return [line for line in proc.stderr.splitlines()
+            if line.strip() and "[IPKernelApp]" not in line]
+
+
+def test_list_names_every_workload_and_platform(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for w in ("fashion_mnist", "mamba_spike", "mshnet", "optimizer_study"):
+        assert f"  {w}\n" in out
+    for p in ("colab_t4", "colab_tpu", "kaggle_p100", "kaggle_t4x2", "kaggle_tpu", "local_mps"):
+        assert f"  {p} " in out
+
+
+def test_params_are_read_from_the_parameters_cell(capsys):
+    """Every assignment of the source's parameters cell, its default and comment, in order."""
+    assert cli.main(["params", "fashion_mnist"]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    names = [line.split()[0] for line in lines]
+    src = (ROOT / "notebooks_src" / "fashion_mnist.py").read_text()
+    cell = src.split('# %% tags=["parameters"]\n')[1].split("# %%")[0]
+    expected = [line.split(" = ")[0] for line in cell.splitlines() if " = " in line]
+    assert names == expected
+    gamma = next(line for line in lines if line.split()[0] == "GAMMA")
+    assert gamma.split()[1] == "0.7" and gamma.endswith("learning-rate decay per epoch (StepLR)")
+    study = {p.name: p for p in cli.parameters("optimizer_study")}
+    assert study["SEEDS"].default == [0, 1, 2] and study["OPTIMIZER"].default is None
+
+
+@pytest.mark.parametrize("text,value", [("3", 3), ("0.5", 0.5), ("True", True), ("false", False),
+                                        ("None", None), ("[0, 1]", [0, 1]), ("adamw", "adamw"),
+                                        ("'x y'", "x y"), ("runs/a", "runs/a")])
+def test_parse_value(text, value):
+    assert cli.parse_value(text) == value
+
+
+@pytest.mark.parametrize("argv,expect", [
+    ([], ["list", "params", "run", "report", "sweep"]),
+    (["list"], ["workloads and the platforms"]),
+    (["params"], ["WORKLOAD", "default and comment"]),
+    (["run"], ["--platform", "-p NAME VALUE", "--out DIR", "papermill", "resumes"]),
+    (["report"], ["OUT_DIR", "without training"]),
+    (["sweep"], ["--grid NAME=V1,V2", "--on BACKEND", "--jobs", "--partition", "--gpus",
+                 "--time MINUTES", "--max-running", "--quota-hours", "--gpu {T4,L4,A100}"]),
+])
+def test_help_at_every_level(argv, expect, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*argv, "--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for text in expect:
+        assert text in out, text
+
+
+def test_python_m_lib_is_the_console_script():
+    proc = ta("--help")
+    assert proc.returncode == 0 and "usage: train-anywhere" in proc.stdout
+    script = Path(sys.executable).parent / "train-anywhere"
+    assert script.exists(), "pip install -e . declares the console script"
+    proc = subprocess.run([str(script), "list"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "optimizer_study" in proc.stdout
+
+
+BAD = [
+    (["run", "fashion_mnst"], "unknown workload 'fashion_mnst' (did you mean fashion_mnist?)"),
+    (["params", "nope"], "unknown workload 'nope'"),
+    (["sweep", "optimiser_study", "--grid", "SEED=0", "--out", "{tmp}"],
+     "unknown workload 'optimiser_study' (did you mean optimizer_study?)"),
+    (["run", "fashion_mnist", "--platform", "colab_t5"],
+     "unknown platform 'colab_t5' (did you mean colab_t4?)"),
+    (["sweep", "fashion_mnist", "--platform", "kaggle", "--grid", "SEED=1", "--out", "{tmp}"],
+     "unknown platform 'kaggle'"),
+    (["run", "fashion_mnist", "-p", "EPOHCS", "3"],
+     "unknown parameter EPOHCS (did you mean EPOCHS?)"),
+    (["run", "fashion_mnist", "-p", "epochs", "3"], "'epochs' is not UPPER_CASE"),
+    (["run", "fashion_mnist", "-p", "EPOCHS", "-1"], "EPOCHS=-1 must be > 0"),
+    (["run", "fashion_mnist", "-p", "EPOCHS", "many"], "EPOCHS='many' has type str"),
+    (["run", "fashion_mnist", "-p", "OUT_DIR", "x"], "--out DIR, not -p OUT_DIR"),
+    (["run", "fashion_mnist", "-p", "PLATFORM", "colab_t4"], "contradicts --platform"),
+    (["run", "optimizer_study", "-p", "OPTIMIZER", "adamm"], "OPTIMIZER"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["run"], "the following arguments are required: WORKLOAD"),
+    (["report", "{tmp}/missing"], "is not a folder"),
+    (["report", "{tmp}"], "holds no finished run"),
+    (["sweep", "optimizer_study", "--grid", "SEEDS=0", "--grid", "OPTIMISER=sgd", "--out", "{tmp}"],
+     "unknown parameter OPTIMISER (did you mean OPTIMIZER?) in --grid"),
+    (["sweep", "optimizer_study", "--grid", "SEED", "--out", "{tmp}"], "is not NAME=v1,v2"),
+    (["sweep", "optimizer_study", "--out", "{tmp}"], "no --grid given"),
+    (["sweep", "optimizer_study", "--grid", "SEED=0", "--grid", "SEED=1", "--out", "{tmp}"],
+     "SEED is given twice"),
+    (["sweep", "optimizer_study", "--grid", "SEED=0,1", "-p", "SEED", "2", "--out", "{tmp}"],
+     "SEED is both in --grid and -p"),
+    (["sweep", "optimizer_study", "--grid", "SEED=0,-1", "--out", "{tmp}"], "SEED=-1 is negative"),
+    (["sweep", "optimizer_study", "--grid", "SEED=0", "--on", "aws", "--out", "{tmp}"],
+     "unknown backend --on aws"),
+    (["sweep", "optimizer_study", "--grid", "SEED=0", "--jobs", "two", "--out", "{tmp}"],
+     "invalid int value: 'two'"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD, ids=[" ".join(a)[:40] for a, _ in BAD])
+def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
+    """Checked before any kernel starts: exit 2, one line on stderr naming the value."""
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    with pytest.raises(SystemExit) as raised:
+        raise SystemExit(cli.main(argv))
+    assert raised.value.code == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1, captured.err
+    assert message in lines[0]
+    assert not list(tmp_path.rglob("*.ipynb")), "nothing may run on a usage error"
+
+
+def test_sweep_refuses_a_folder_holding_another_sweep(tmp_path, capsys):
+    (tmp_path / "sweep.json").write_text(json.dumps(
+        {"workload": "fashion_mnist", "grid": {"SEED": [1]}, "params": {}}))
+    assert cli.main(["sweep", "fashion_mnist", "--grid", "SEED=1,2", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "already holds a different sweep" in err
+
+
+@pytest.mark.notebook
+def test_run_streams_epochs_and_ends_with_the_headline(tmp_path):
+    """A real papermill run of the local notebook: one line per epoch, then where things are;
+    `report` on its folder prints the table and writes the curves without training."""
+    out = tmp_path / "run one"  # a space: paths are passed whole
+    started = time.time()
+    proc = ta("run", "fashion_mnist", *SMOKE, "-p", "EPOCHS", "2",
+              "-p", "DATA_DIR", str(tmp_path / "data"), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert [e.split()[1] for e in epochs] == ["1/2", "2/2"], proc.stdout
+    assert all("train_loss" in e and "test_accuracy" in e and "ETA" in e for e in epochs)
+    assert epochs[-1].endswith("ETA 0s")
+    assert any(line.strip().startswith("test_accuracy ") and "after 2 epoch(s) on cpu" in line
+               for line in lines), proc.stdout
+    executed = out / "fashion_mnist.ipynb"
+    assert f"executed notebook  {executed}" in proc.stdout and executed.exists()
+    records = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2]
+    # What bench_sweep dates a cell's first training step by: inside this run, before epoch 1
+    # ended.
+    from bench.bench_sweep import first_step
+
+    assert started < first_step(out) < (out / "metrics.jsonl").stat().st_mtime
+
+    (out / "curves.png").unlink(missing_ok=True)
+    rep = ta("report", str(out))
+    assert rep.returncode == 0, rep.stderr
+    assert "| . | 2 | " in rep.stdout and (out / "curves.png").exists()
+
+
+@pytest.mark.notebook
+def test_run_shows_the_notebooks_error_as_one_line(tmp_path):
+    """Valid parameters, but the session refuses the device: the notebook's one line, exit 1."""
+    proc = ta("run", "fashion_mnist", *SMOKE, "-p", "EPOCHS", "1", "-p", "DEVICE", "cuda",
+              "-p", "DATA_DIR", str(tmp_path / "data"), "--out", str(tmp_path / "o"),
+              env={"NO_CUDA": "1"})
+    assert proc.returncode == 1
+    err = stderr_lines(proc)
+    assert len(err) == 1, proc.stderr
+    assert err[0].startswith("error: ") and 'DEVICE="cuda"' in err[0]
+    assert "Traceback" not in proc.stderr and str(tmp_path / "o" / "fashion_mnist.ipynb") in err[0]
