@@ -7,7 +7,6 @@ import torch
 
 from lib.metrics import read_jsonl
 from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig
-from lib.platforms import PLATFORMS
 from tests.notebook_run import check_clean_outputs, execute, markdown_outputs, stream_text
 
 pytestmark = pytest.mark.notebook
@@ -65,7 +64,9 @@ def check_run(out_dir, epochs: int = 2, lr: float = 1e-3) -> list[dict]:
 
 
 @pytest.mark.parametrize("dataset", DATASETS)
-@pytest.mark.parametrize("platform", [p for p in sorted(PLATFORMS) if p != "colab_tpu"])
+# One CPU platform: the other platforms' notebooks run in their image lanes
+# (tests/test_image_lanes.py) and their rendered differences in tests/test_builder.py.
+@pytest.mark.parametrize("platform", ["local_mps"])
 def test_notebook_trains_on_the_cpu(platform, dataset, tmp_path):
     nb = run(platform, dataset, tmp_path)
     history = check_run(tmp_path / "run")
@@ -106,12 +107,3 @@ def test_the_sample_is_learned_and_a_rerun_only_reads(tmp_path):
     assert "; 0 recordings framed into" in text
     assert "nothing to do: the checkpoint has 6 of 6 epochs" in text
     assert read_jsonl(tmp_path / "run" / "metrics.jsonl") == history
-
-
-def test_tpu_notebook_without_torch_xla_runs_on_the_cpu(tmp_path):
-    from lib.xla import installed
-
-    if installed():  # only when the whole suite is run inside the XLA lane's environment
-        pytest.skip("torch_xla is installed here: tests/test_xla_mamba_spike.py covers it")
-    run("colab_tpu", "nmnist", tmp_path)
-    assert check_run(tmp_path / "run")[-1]["device"] == "cpu"

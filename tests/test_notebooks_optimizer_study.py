@@ -8,7 +8,6 @@ import torch
 
 from lib.metrics import read_jsonl
 from lib.models.resnet import CifarResNet18, ResNetConfig
-from lib.platforms import PLATFORMS
 from lib.study import read_results
 from tests.notebook_run import check_clean_outputs, execute, markdown_outputs, stream_text
 
@@ -59,7 +58,9 @@ def mtimes(out_dir):
             if p.is_file() and p.suffix in (".pt", ".jsonl")}
 
 
-@pytest.mark.parametrize("platform", [p for p in sorted(PLATFORMS) if p != "colab_tpu"])
+# One CPU platform: the other platforms' notebooks run in their image lanes
+# (tests/test_image_lanes.py) and their rendered differences in tests/test_builder.py.
+@pytest.mark.parametrize("platform", ["local_mps"])
 def test_study_notebook_runs_the_grid_on_the_cpu(platform, tmp_path):
     nb = run(platform, tmp_path, **GRID)
     rows = check_study(tmp_path / "study")
@@ -100,14 +101,3 @@ def test_more_epochs_resume_the_finished_runs(tmp_path):
     text = stream_text(run("local_mps", tmp_path, EPOCHS=2, **one))
     assert "resuming (lr 0.001" in text and "at epoch 1, batch 0" in text
     check_study(tmp_path / "study", runs={"cifar10-adamw-seed0-sym0.2"})
-
-
-def test_tpu_notebook_without_torch_xla_runs_on_the_cpu(tmp_path):
-    from lib.xla import installed
-
-    if installed():  # only when the whole suite is run inside the XLA lane's environment
-        pytest.skip("torch_xla is installed here: tests/test_xla_optimizer_study.py covers it")
-    run("colab_tpu", tmp_path, OPTIMIZERS=["adamw"], SEEDS=[0])
-    rows = check_study(tmp_path / "study", runs={"cifar10-adamw-seed0-sym0.2"})
-    history = read_jsonl(tmp_path / "study" / rows[0]["run"] / "metrics.jsonl")
-    assert history[-1]["device"] == "cpu"
