@@ -179,6 +179,15 @@ class RunConfig:
         params = {k: v for k, v in self.to_dict().items() if k not in self.run_settings()}
         return {"workload": self.WORKLOAD, **params, "global_batch_size": global_batch}
 
+    def sample_and_smoke_deviations(self) -> list[str]:
+        """The deviations from a paper's setup that every workload can have."""
+        out = []
+        if self.sample_data:
+            out.append("SAMPLE_DATA = True (the offline sample, not the dataset)")
+        if self.smoke:
+            out.append(f"SMOKE = True ({self.smoke_batches} batches per epoch)")
+        return out
+
     def experiments(self, global_batch: int) -> list[tuple[str, dict[str, Any]]]:
         """(run folder under OUT_DIR, identity) of every run a grid workload trains."""
         return [(".", self.identity(global_batch))]

@@ -224,11 +224,7 @@ class MambaSpikeRunConfig(RunConfig):
         if (batch, devices) != (OFFICIAL_BATCH[self.dataset], 1):
             per = f" per device x {devices} devices" if devices > 1 else ""
             out.append(f"batch {batch}{per} (official: {OFFICIAL_BATCH[self.dataset]} on one GPU)")
-        if self.sample_data:
-            out.append("SAMPLE_DATA = True (the offline sample, not the dataset)")
-        if self.smoke:
-            out.append(f"SMOKE = True ({self.smoke_batches} batches per epoch)")
-        return out
+        return out + self.sample_and_smoke_deviations()
 
     def __str__(self) -> str:
         h, w = frame_hw(self.dataset, self.resolved_downsample())

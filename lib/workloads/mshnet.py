@@ -89,11 +89,7 @@ class MSHNetRunConfig(RunConfig):
         base, crop = self.image_sizes()
         if (base, crop) != (PAPER_SIZE, PAPER_SIZE):
             out.append(f"BASE_SIZE/CROP_SIZE = {base}/{crop} px (official: 256/256)")
-        if self.sample_data:
-            out.append("SAMPLE_DATA = True (the offline sample, not the dataset)")
-        if self.smoke:
-            out.append(f"SMOKE = True ({self.smoke_batches} batches per epoch)")
-        return out
+        return out + self.sample_and_smoke_deviations()
 
     def __str__(self) -> str:
         found = self.deviations()
