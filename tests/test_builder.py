@@ -1,6 +1,7 @@
 """build_notebooks.py: per-platform header, bootstrap, metadata, badges, determinism, --check."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,8 @@ import build_notebooks as bn
 from lib.platforms import PLATFORMS
 
 ROOT = Path(__file__).resolve().parent.parent
-CFG = {"repository": "someone/fork", "branch": "dev", "kaggle_user": "someone"}
+CFG = {"repository": "someone/fork", "branch": "dev", "kaggle_user": "someone",
+       "version": "0.1.0"}
 SOURCE = ROOT / "notebooks_src" / "fashion_mnist.py"
 
 
@@ -67,14 +69,21 @@ def test_local_notebook_has_no_hosted_metadata():
 @pytest.mark.parametrize("platform", sorted(PLATFORMS))
 def test_header_bootstrap_and_parameters(platform):
     nb = rendered(platform)
-    header, boot = nb.cells[0], nb.cells[1]
+    header = nb.cells[0]
     assert "notebooks_src/fashion_mnist.py" in header.source
     assert PLATFORMS[platform].title in header.source
-    assert f'prepare("{platform}", root)' in boot.source
-    assert '"someone/fork", "dev"' in boot.source  # clone target from the one setting
-    params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    params = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1
-    assert f'PLATFORM = "{platform}"' in params[0].source
+    assert f'PLATFORM = "{platform}"' in nb.cells[params[0]].source
+    # The bootstrap follows the parameters (papermill injects its cell between them) and
+    # reads PLATFORM there: the platform is written once, so `-p PLATFORM` moves both.
+    boot = nb.cells[params[0] + 1]
+    assert boot.source.startswith("# Bootstrap")
+    assert boot.source.endswith("prepare(PLATFORM, _root)")
+    assert not any(name in boot.source for name in PLATFORMS)
+    assert '{"repository": "someone/fork", "ref": "dev", "version": "0.1.0"}' in boot.source
+    # No UPPER_CASE global: the config cell takes every such name as a parameter.
+    assert not re.search(r"^[A-Z][A-Z0-9_]* *=", boot.source, re.MULTILINE)
     assert all(c.get("outputs", []) == [] and c.get("execution_count") is None
                for c in nb.cells if c.cell_type == "code")
     assert nb.nbformat == 4 and nb.nbformat_minor == 5
