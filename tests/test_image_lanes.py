@@ -1,0 +1,128 @@
+"""Every notebook of every platform on a stand-in of its hosted image, as a user starts it.
+
+One lane per image of images.toml (`make test-lanes` builds them with uv, then runs this file
+with `-m lane`): the notebook's kernel runs in the lane's environment (the image's Python and
+pins, nothing the bootstrap installs), in an empty working folder, with the bootstrap's
+clone served from this checkout (tests/served_repo.py), on the Colab stand-in
+(tests/fakes) or in Kaggle's environment, XLA images with PJRT_DEVICE=CPU; SMOKE and
+SAMPLE_DATA, at sizes an XLA-on-CPU lane finishes in minutes. The lane's tests run in one
+worker (xdist_group), in order: the first notebook installs what the image lacks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+
+from lib.metrics import read_jsonl
+from lib.platforms import PLATFORMS
+from tests import lanes
+from tests.notebook_run import FAKES, ROOT, stream_text
+from tests.served_repo import ServedRepo
+
+pytestmark = pytest.mark.lane
+IMAGES = lanes.images()
+WORKLOADS = sorted(p.stem for p in (ROOT / "notebooks_src").glob("*.py"))
+# SMOKE + SAMPLE_DATA, one epoch; Mamba-Spike's official T=300 takes an XLA-on-CPU compile
+# past ten minutes, so every lane runs it at the XLA lane's size (tests/test_xla_mamba_spike.py).
+PARAMETERS = {
+    "fashion_mnist": {},
+    "mshnet": {},
+    "mamba_spike": dict(SMOKE_BATCHES=2, BATCH_SIZE=4, DATASET="nmnist", N_TIME_BINS=4,
+                        DOWNSAMPLE=2, D_MODEL=16, N_LAYERS=1, SPIKE_CHANNELS=8),
+    "optimizer_study": dict(SMOKE_BATCHES=2, OPTIMIZERS=["adamw"], SEEDS=[0]),
+}
+CASES = [pytest.param(image, platform, workload, id=f"{image}-{platform}-{workload}",
+                      marks=pytest.mark.xdist_group(image))
+         for image, spec in IMAGES.items() for platform in spec["platforms"]
+         for workload in WORKLOADS]
+
+
+def lane_python(image: str) -> Path:
+    python = lanes.lane_python(image)
+    if not python.exists():  # never a skip: a lane that did not run must fail
+        pytest.fail(f"the {image} lane is not built: run `python -m tests.lanes build {image}` "
+                    "(`make test-lanes` builds every lane, then runs these tests)")
+    return python
+
+
+def test_every_platform_is_on_exactly_one_image():
+    on = [p for spec in IMAGES.values() for p in spec["platforms"]]
+    assert sorted(on) == sorted(p for p in PLATFORMS if PLATFORMS[p].runtime != "local")
+    assert len(on) == len(set(on))
+    assert set(WORKLOADS) == set(PARAMETERS)
+
+
+@pytest.mark.parametrize("image", [pytest.param(i, marks=pytest.mark.xdist_group(i))
+                                   for i in IMAGES])
+def test_the_lane_is_the_image(image):
+    """The lane's Python and every pin are the manifest's; nothing the bootstrap would add."""
+    python, spec = lane_python(image), IMAGES[image]
+    version = subprocess.run([str(python), "-c", "import sys; print(*sys.version_info[:2])"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert ".".join(version) == spec["python"]
+    have = lanes.installed(image)
+    for name, pin in spec["pins"].items():
+        assert have.get(name.lower().replace("_", "-"), "").split("+")[0] == pin, name
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    return ServedRepo(tmp_path_factory.mktemp("github"))
+
+
+@pytest.mark.parametrize("image,platform,workload", CASES)
+def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path):
+    python, profile = lane_python(image), PLATFORMS[platform]
+    opened = tmp_path / "opened" / f"{workload}.ipynb"  # where the user opened it from
+    opened.parent.mkdir()
+    shutil.copy(ROOT / "notebooks" / platform / f"{workload}.ipynb", opened)
+    content = tmp_path / "content"  # the runtime's empty working folder
+    content.mkdir()
+    env = {**served.env, "JUPYTER_PATH": str(lanes.jupyter_path()), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": ""}
+    params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=1, **PARAMETERS[workload])
+    if profile.runtime == "colab":
+        drive = tmp_path / "drive"
+        env.update(PYTHONPATH=str(FAKES), COLAB_RELEASE_TAG="release-colab-lane",
+                   TA_COLAB_DRIVE=str(drive), TA_FAKE_COLAB_LOG=str(tmp_path))
+        out_dir = drive / "MyDrive" / "train-anywhere" / "runs" / workload
+    else:  # Kaggle's defaults are under /kaggle/working: give this machine's folders instead
+        env["KAGGLE_KERNEL_RUN_TYPE"] = "Interactive"
+        out_dir = tmp_path / "working" / "runs"
+        params.update(DATA_DIR=str(tmp_path / "working" / "data"), OUT_DIR=str(out_dir))
+    if profile.accelerator == "xla":
+        env["PJRT_DEVICE"] = "CPU"
+    executed = tmp_path / "executed.ipynb"
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        papermill.execute_notebook(str(opened), str(executed), parameters=params,
+                                   cwd=str(content), kernel_name=lanes.kernel_name(image),
+                                   progress_bar=False)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    text = stream_text(nbformat.read(executed, as_version=4))
+    assert f"from train-anywhere/train-anywhere@main (cloned) at {content.resolve()}" in text
+    assert ("every requirement is already installed" in text or
+            "bootstrap: installing what this runtime lacks" in text)
+    histories = sorted(out_dir.rglob("metrics.jsonl"))
+    assert histories, f"no metrics.jsonl under {out_dir}"
+    for path in histories:
+        rows = read_jsonl(path)
+        assert [r["epoch"] for r in rows] == [1]
+        assert all(math.isfinite(v) for r in rows for k, v in r.items()
+                   if k.endswith("loss") and isinstance(v, float))
+        assert rows[-1]["device"] == ("xla" if profile.accelerator == "xla" else "cpu")
+    assert str(python)  # the kernel ran in the lane (its kernelspec names this interpreter)
