@@ -4,7 +4,8 @@
 Each notebook gets a generated header (source, badge), its PLATFORM in the parameters cell, a
 bootstrap cell after it (it reads PLATFORM, and runs the library of the version rendered into
 it) and the runtime metadata Colab or Kaggle reads; Kaggle notebooks get a
-kernel-metadata.json for `kaggle kernels push`. The README's badge table is rewritten too.
+kernel-metadata.json for `kaggle kernels push`. The README's badge table and its table of
+hosted images (from images.toml) are rewritten too.
 Output is byte-stable (fixed cell ids, no timestamps, no outputs).
 
     python build_notebooks.py           # write everything
@@ -41,6 +42,7 @@ from lib.platforms import PLATFORMS, Platform  # noqa: E402
 
 SRC, OUT = ROOT / "notebooks_src", ROOT / "notebooks"
 BADGES = ("<!-- badges:start -->", "<!-- badges:end -->")
+IMAGES = ("<!-- images:start -->", "<!-- images:end -->")
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 KAGGLE_BADGE = "https://kaggle.com/static/images/open-in-kaggle.svg"
 # platform -> (kernel-metadata.json machine_shape, notebook metadata.kaggle.accelerator)
@@ -263,13 +265,35 @@ def badge_table(workloads: list[str], cfg: dict) -> str:
     return "\n".join(rows)
 
 
-def with_badges(readme: str, table: str) -> str:
-    start, end = BADGES
+def images_table(manifest: Path) -> str:
+    """README's "Platforms as tested": images.toml as a table, one row per hosted image."""
+    images = tomllib.loads(manifest.read_text())["images"]
+    rows = ["| image | Python | torch / torchvision | accelerator stack | pins the notebooks "
+            "touch | notebooks tested on it | read from |", "|---" * 7 + "|"]
+    for image in images.values():
+        pins = dict(image["pins"])
+        torch = " / ".join(pins.pop(k) for k in ("torch", "torchvision") if k in pins)
+        xla = [f"{k} {pins.pop(k)}" for k in ("torch_xla", "jax") if k in pins]
+        stack = "; ".join(filter(None, [", ".join(xla), image["accelerators"]]))
+        others = [f"{k} {v}" for k, v in pins.items()]
+        others += [f"{k} (newest)" for k in image.get("unpinned", [])]
+        tested = ", ".join(f"`{p}`" for p in image["platforms"])
+        rows.append(f"| {image['title']} | {image['python']} | {torch} | {stack} | "
+                    f"{', '.join(others) or '-'} | {tested} | {image['source']}, {image['read']} |")
+    return "\n".join(rows)
+
+
+def _between(readme: str, markers: tuple[str, str], text: str, what: str) -> str:
+    start, end = markers
     if start not in readme or end not in readme:
-        raise SystemExit(f"README.md needs the markers {start} and {end} around the badge table")
+        raise SystemExit(f"README.md needs the markers {start} and {end} around the {what}")
     before, rest = readme.split(start, 1)
     _, after = rest.split(end, 1)
-    return f"{before}{start}\n{table}\n{end}{after}"
+    return f"{before}{start}\n{text}\n{end}{after}"
+
+
+def with_badges(readme: str, table: str) -> str:
+    return _between(readme, BADGES, table, "badge table")
 
 
 def expected_files(root: Path = ROOT, cfg: dict | None = None) -> dict[Path, str]:
@@ -284,7 +308,9 @@ def expected_files(root: Path = ROOT, cfg: dict | None = None) -> dict[Path, str
                 path = root / "notebooks" / p.name / "kernels" / src.stem / "kernel-metadata.json"
                 files[path] = kernel_metadata(src.stem, p, cfg)
     readme = root / "README.md"
-    files[readme] = with_badges(readme.read_text(), badge_table([s.stem for s in sources], cfg))
+    text = with_badges(readme.read_text(), badge_table([s.stem for s in sources], cfg))
+    files[readme] = _between(text, IMAGES, images_table(root / "images.toml"),
+                             "table of hosted images")
     return files
 
 

@@ -28,6 +28,7 @@ def project(tmp_path):
     """A copy of what the builder reads, to break on purpose."""
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copy(ROOT / "images.toml", tmp_path / "images.toml")
     shutil.copytree(ROOT / "notebooks_src", tmp_path / "notebooks_src")
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
     return tmp_path
@@ -143,3 +144,14 @@ def test_a_source_without_platform_parameter_is_refused(tmp_path):
     bad.write_text("# %% tags=[\"parameters\"]\nEPOCHS = 1\n")
     with pytest.raises(SystemExit, match="PLATFORM = ..."):
         bn.render(bad, PLATFORMS["colab_t4"], CFG)
+
+
+def test_platforms_as_tested_is_the_image_manifest(project):
+    """README's table of hosted images comes from images.toml, the one place pins are written."""
+    readme = (project / "README.md").read_text()
+    table = readme.split("<!-- images:start -->")[1].split("<!-- images:end -->")[0]
+    assert "| Colab TPU | 3.13 | 2.9.0 / 0.24.0 | torch_xla 2.9.0, jax 0.7.2; TPU v5e-1" in table
+    manifest = project / "images.toml"
+    manifest.write_text(manifest.read_text().replace('torch_xla = "2.8.0"', 'torch_xla = "2.8.1"'))
+    assert bn.stale_files(project) == ["README.md: stale"]
+    assert "torch_xla 2.8.1; TPU v5e-8" in bn.images_table(manifest)
