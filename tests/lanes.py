@@ -1,6 +1,7 @@
 """One CI lane per hosted image (images.toml): its Python, exactly its pins, built with uv.
 
     python -m tests.lanes build [IMAGE ...]   # (re)build .lanes/<image> for each (all if none)
+    python -m tests.lanes test [IMAGE ...]    # run each lane's notebooks, two lanes at a time
     python -m tests.lanes show                # the images, their platforms and requirements
 
 A lane is a virtual environment with the image's Python (from pyenv or PATH: a missing one
@@ -122,6 +123,43 @@ def installed(name: str) -> dict[str, str]:
     return json.loads(out.stdout)
 
 
+def test(names: list[str], jobs: int = 2) -> int:
+    """One pytest process per lane (a lane's notebooks share its environment, so they run in
+    order), `jobs` lanes at a time; each lane's output and wall time, then one summary line."""
+    waiting, running, failed = list(names), {}, []
+    logs = LANES / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    try:
+        while waiting or running:
+            while waiting and len(running) < jobs:
+                name = waiting.pop(0)
+                log = (logs / f"{name}.log").open("w")
+                cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "lane",
+                       "tests/test_image_lanes.py"]
+                env = dict(os.environ, TA_LANE=name, TA_LANES_DIR=str(LANES))
+                proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log,
+                                        stderr=subprocess.STDOUT)
+                running[name] = (proc, log, time.monotonic())
+            time.sleep(1)
+            for name, (proc, log, start) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                log.close()
+                del running[name]
+                print(f"===== lane {name}: exit {proc.returncode} after "
+                      f"{time.monotonic() - start:.0f} s =====")
+                print((logs / f"{name}.log").read_text(), flush=True)
+                if proc.returncode:
+                    failed.append(name)
+    finally:  # interrupted: stop the lanes still running
+        for proc, log, _ in running.values():
+            proc.terminate()
+            log.close()
+    print(f"lanes: {len(names) - len(failed)} passed, {len(failed)} failed"
+          + (f" ({', '.join(failed)})" if failed else ""))
+    return 1 if failed else 0
+
+
 def main(argv: list[str]) -> int:
     known = images()
     if argv[:1] == ["show"]:
@@ -129,7 +167,7 @@ def main(argv: list[str]) -> int:
             print(f"{name}: Python {image['python']}, platforms {', '.join(image['platforms'])}:"
                   f" {' '.join(requirements(image))}")
         return 0
-    if argv[:1] != ["build"]:
+    if argv[:1] not in (["build"], ["test"]):
         print(__doc__.split("\n\n")[1])
         return 2
     names = argv[1:] or list(known)
@@ -137,6 +175,8 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown image(s) {unknown}; images.toml has {sorted(known)}")
         return 2
+    if argv[0] == "test":
+        return test(names, int(os.environ.get("JOBS", "2")))
     for name in names:
         print(f"lane {name}: built in {build(name, known[name]):.0f} s at {lane_dir(name)}",
               flush=True)
