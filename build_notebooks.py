@@ -89,8 +89,8 @@ def header_cell(workload: str, platform: Platform, cfg: dict) -> str:
     return (
         f"{badge(platform, cfg, path)}\n\n"
         f"**Generated** by `build_notebooks.py` from `notebooks_src/{workload}.py` for "
-        f"**{platform.title}** ({platform.gpu}). Edit the source, not this notebook: the next "
-        "build overwrites it."
+        f"**{platform.title}** ({platform.gpu}{'; ' + platform.status if platform.status else ''})."
+        " Edit the source, not this notebook: the next build overwrites it."
     )
 
 
@@ -257,7 +257,8 @@ def kernel_metadata(workload: str, platform: Platform, cfg: dict) -> str:
 
 
 def badge_table(workloads: list[str], cfg: dict) -> str:
-    head = "| workload | " + " | ".join(p.title for p in PLATFORMS.values()) + " |"
+    titles = [f"{p.title} ({p.status})" if p.status else p.title for p in PLATFORMS.values()]
+    head = "| workload | " + " | ".join(titles) + " |"
     rows = [head, "|---" * (len(PLATFORMS) + 1) + "|"]
     for w in workloads:
         cells = [badge(p, cfg, f"notebooks/{p.name}/{w}.ipynb") for p in PLATFORMS.values()]

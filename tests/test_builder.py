@@ -155,3 +155,10 @@ def test_platforms_as_tested_is_the_image_manifest(project):
     manifest.write_text(manifest.read_text().replace('torch_xla = "2.8.0"', 'torch_xla = "2.8.1"'))
     assert bn.stale_files(project) == ["README.md: stale"]
     assert "torch_xla 2.8.1; TPU v5e-8" in bn.images_table(manifest)
+
+
+def test_the_retired_p100_is_said_beside_its_badge_and_in_its_notebook():
+    head = bn.badge_table(["fashion_mnist"], CFG).splitlines()[0]
+    assert "| Kaggle P100 (retired on Kaggle: runs on a T4) |" in head
+    assert "Tesla P100; retired on Kaggle: runs on a T4" in rendered("kaggle_p100").cells[0].source
+    assert "retired" not in rendered("kaggle_t4x2").cells[0].source
