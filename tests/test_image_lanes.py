@@ -125,6 +125,7 @@ def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path)
     assert not repeated, repeated
     assert "requires jax/pallas" not in text
     assert f"from train-anywhere/train-anywhere@main (cloned) at {content.resolve()}" in text
+    assert f"bootstrap: this runtime matches the {IMAGES[image]['title']} image" in text
     assert ("every requirement is already installed" in text or
             "bootstrap: installing what this runtime lacks" in text)
     histories = sorted(out_dir.rglob("metrics.jsonl"))
