@@ -26,7 +26,7 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "images.toml"
-LANES = Path(os.environ.get("TA_LANES_DIR", ROOT / ".lanes"))
+LANES = Path(os.environ.get("TA_LANES_DIR", ROOT / ".lanes")).resolve()  # kernels start elsewhere
 
 
 class LaneError(RuntimeError):
