@@ -8,11 +8,13 @@ TORCH := torch==2.14.1 torchvision==0.29.1
 XLA_VENV ?= .venv-xla
 XLA_PY := $(XLA_VENV)/bin/python
 XLA_TORCH := torch==2.9.0 torchvision==0.24.0 torch-xla==2.9.0
+# One lane per hosted image of images.toml (tests/lanes.py builds them with uv).
+LANES_DIR ?= .lanes
 JOBS ?= 2
 # Tests run JOBS workers, each starting notebook kernels and subprocesses: one intra-op
 # thread apiece keeps 2 cores from thrashing (torch's default would take every core each).
 
-.PHONY: install install-xla demo test test-main test-xla lint notebooks check bench clean
+.PHONY: install install-xla lanes demo test test-main test-xla test-lanes lint notebooks check bench clean
 
 install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -44,19 +46,28 @@ demo: install
 	$(VENV)/bin/train-anywhere run fashion_mnist -p SAMPLE_DATA True -p SMOKE True -p EPOCHS 2 \
 	    -p DATA_DIR data --out demo
 
-# The whole suite: lint, --check, unit and notebook tests, then the XLA lane.
-test: test-main test-xla
+# The whole suite: lint, --check, unit and notebook tests, the XLA lane, the image lanes.
+test: test-main test-xla test-lanes
 
 test-main: install
 	$(VENV)/bin/ruff check .
 	$(PY) build_notebooks.py --check
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) -m "not xla" tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) -m "not xla and not lane" tests
 
 test-xla: install-xla
 	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -n $(JOBS) -m xla tests
+
+# Rebuilt from nothing every time (uv links from its cache): a lane holds the image's pins
+# and nothing else, so the bootstrap's installs are tested on every run.
+lanes: install
+	TA_LANES_DIR=$(LANES_DIR) $(PY) -m tests.lanes build
+
+# Each image's notebooks run in order in its lane, one pytest per lane, JOBS lanes at a time.
+test-lanes: lanes
+	TA_LANES_DIR=$(LANES_DIR) OMP_NUM_THREADS=1 JOBS=$(JOBS) $(PY) -m tests.lanes test
 
 bench: install
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) $(XLA_VENV) runs demo
+	rm -rf $(VENV) $(XLA_VENV) $(LANES_DIR) runs demo

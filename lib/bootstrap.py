@@ -77,6 +77,36 @@ def xla_version_problem(version=importlib.metadata.version) -> str | None:
     return None
 
 
+def tested_image_note(platform_name: str, root: Path, version=importlib.metadata.version,
+                      python: str | None = None) -> str:
+    """One line: the hosted image (images.toml) this platform's notebooks were tested on, and
+    any version here that differs from it, the first suspect when something breaks."""
+    import tomllib  # Python 3.11+; every hosted image has it
+
+    python = python or f"{sys.version_info[0]}.{sys.version_info[1]}"
+    manifest = Path(root) / "images.toml"
+    if not manifest.is_file():
+        return ""
+    images = tomllib.loads(manifest.read_text())["images"]
+    image = next((i for i in images.values() if platform_name in i["platforms"]), None)
+    if image is None:
+        return ""
+    here = {"Python": python}
+    for name in ("torch", "torchvision", "torch_xla"):
+        if name in image["pins"]:
+            try:
+                here[name] = version(name).split("+")[0]
+            except importlib.metadata.PackageNotFoundError:
+                here[name] = "absent"
+    tested = {"Python": image["python"], **{k: image["pins"][k] for k in here if k != "Python"}}
+    differ = [f"{k} {here[k]} (tested: {tested[k]})" for k in here if here[k] != tested[k]]
+    where = f"the {image['title']} image as read {image['read']}"
+    if not differ:
+        return f"bootstrap: this runtime matches {where} (Python {python}, torch {here['torch']})"
+    return (f"bootstrap: this runtime differs from {where}: {', '.join(differ)}; if something "
+            "fails, that is the first suspect (README: Platforms as tested)")
+
+
 def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
     """Set up this runtime for a `platform_name` notebook; returns the runtime detected."""
     platform = get_platform(platform_name)
@@ -92,6 +122,8 @@ def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
         print(f"bootstrap: Google Drive mounted at {mount_drive()}")
     if platform.accelerator == "xla" and (problem := xla_version_problem()):
         raise RuntimeError(problem)
+    if runtime in ("colab", "kaggle") and (note := tested_image_note(platform_name, root)):
+        print(note)
     print(f"bootstrap: {platform.title} notebook on the {runtime} runtime, project at {root}")
     return runtime
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -38,11 +38,15 @@ class Probe:
     torch_version: str = torch.__version__
 
 
-def probe(ask_xla: bool = False) -> Probe:
-    """Read the machine. torch_xla is imported only when `ask_xla` (it costs seconds)."""
+def probe(ask_xla: bool = False, environ=os.environ) -> Probe:
+    """Read the machine. torch_xla is imported only when `ask_xla` (it costs seconds); else
+    the XLA device type is the one PJRT_DEVICE names (TPU images set it; CI sets CPU)."""
     cuda = torch.cuda.is_available()
+    # The seam for torch_tpu (the native `tpu` device Colab's TPU image moves to with torch
+    # >= 2.11): detect it here as a fourth kind and give it lib/xla.py's role; everything
+    # downstream already takes a DeviceChoice, never torch_xla directly.
     xla_installed = importlib.util.find_spec("torch_xla") is not None
-    xla_type = ""
+    xla_type = environ.get("PJRT_DEVICE", "").strip().upper()
     if xla_installed and ask_xla:
         from lib import xla
 
@@ -80,6 +84,9 @@ class DeviceChoice:
     precision: Precision
     pin_memory: bool
     num_workers: int
+    notes: tuple[str, ...] = field(default_factory=tuple)  # more lines for the device line
+    where: str = ""  # what really runs it, e.g. "Tesla T4 (sm_75)", "the CPU"
+    tf32: bool = False  # TF32 matmuls and convolutions (CUDA on Ampere and newer)
 
     @property
     def torch_device(self) -> torch.device:
@@ -90,7 +97,11 @@ class DeviceChoice:
         return torch.device(self.type)
 
     def describe(self) -> str:
-        return f"device {self.type} ({self.precision.name}): {self.reason}"
+        """One line: the device, its precision, what really runs it, why, and any caveat."""
+        precision = self.precision.name + (", TF32 matmuls" if self.tf32 else "")
+        where = f" on {self.where}" if self.where else ""
+        return "; ".join([f"device {self.type} ({precision}){where}: {self.reason}",
+                          *self.notes])
 
 
 def _version_at_least(version: str, major: int, minor: int) -> bool:
@@ -168,12 +179,59 @@ def _auto(p: Probe, platform: Platform, skip: set[str]) -> tuple[str, str]:
     for kind in order:
         if kind not in skip and _available(kind, p, platform):
             if kind == platform.accelerator:
-                return kind, f"the {platform.title} notebook's accelerator is available"
+                return kind, _on_its_accelerator(kind, p, platform)
             return kind, f"no {platform.accelerator} here ({platform.title} notebook); using {kind}"
     why = f"no {platform.accelerator} here and no other accelerator"
     if skip:
         why += f" ({', '.join(sorted(skip))} switched off)"
     return "cpu", f"{why}: the {platform.title} notebook falls back to the CPU"
+
+
+def _gpu_model(platform: Platform) -> str:
+    return platform.gpu.split()[-1]  # "Tesla P100" -> "P100", "2 x Tesla T4" -> "T4"
+
+
+def _on_its_accelerator(kind: str, p: Probe, platform: Platform) -> str:
+    """Why `kind` (the platform's own accelerator) was chosen, saying what really runs."""
+    if kind == "xla" and p.xla_device_type == "CPU":
+        return (f"the {platform.title} notebook's XLA runs on the CPU here (PJRT_DEVICE=CPU), "
+                "not on a TPU: right for tests, slow for training")
+    if kind == "cuda" and p.cuda_name and _gpu_model(platform) not in p.cuda_name:
+        if platform.name == "kaggle_p100":
+            return (f"the {platform.title} notebook runs on a {p.cuda_name}: Kaggle has retired "
+                    "its P100s, and a notebook asking for one gets a T4")
+        return (f"the {platform.title} notebook runs on a {p.cuda_name}, not a "
+                f"{_gpu_model(platform)}: precision follows the GPU found")
+    return f"the {platform.title} notebook's accelerator is available"
+
+
+def _where(kind: str, p: Probe) -> str:
+    if kind == "cuda":
+        count = f"{p.cuda_count} x " if p.cuda_count > 1 else ""
+        return f"{count}{p.cuda_name or 'a CUDA GPU'} (sm_{p.capability[0]}{p.capability[1]})"
+    if kind == "xla":
+        return {"TPU": "a TPU", "CPU": "the CPU (XLA)"}.get(p.xla_device_type, "XLA")
+    return {"mps": "Apple MPS", "cpu": "the CPU"}[kind]
+
+
+def _device_notes(kind: str, p: Probe, platform: Platform) -> tuple[str, ...]:
+    """What a multi-device platform will not use here, said before it silently does not."""
+    if platform.devices == 1:
+        return ()
+    if kind == platform.accelerator == "cuda" and p.cuda_count >= platform.devices:
+        return ()
+    if kind == platform.accelerator == "xla" and p.xla_device_type != "CPU":
+        return ()  # a TPU, or not asked: session.start counts the devices XLA reports
+    if kind == "cuda":
+        found = f"{p.cuda_count} GPU{'s' if p.cuda_count != 1 else ''} here"
+    elif kind == "xla":
+        found = "XLA on the CPU here"
+    else:
+        found = f"no {platform.accelerator} here"
+    processes = "DDP is" if platform.accelerator == "cuda" else "torch_xla.launch is"
+    if kind == "cuda" and p.cuda_count > 1:
+        return (f"{found}, not {platform.devices}",)
+    return (f"{found}: one process on one device, {processes} not in use",)
 
 
 def choose_device(
@@ -186,8 +244,10 @@ def choose_device(
     environ = os.environ if environ is None else environ
     kind, source = _requested(device, environ)
     skip = {k for k, env in (("cuda", NO_CUDA_ENV), ("mps", NO_MPS_ENV)) if environ.get(env)}
-    if p is None:
-        p = probe(ask_xla=(kind in ("auto", "xla")) and platform.accelerator != "xla")
+    real = p is None
+    if real:
+        p = probe(ask_xla=(kind in ("auto", "xla")) and platform.accelerator != "xla",
+                  environ=environ)
     if kind == "auto":
         kind, reason = _auto(p, platform, skip)
     else:
@@ -199,6 +259,10 @@ def choose_device(
         reason = f"requested by {source}"
     if kind == "cuda":
         cuda_preflight(p)
+    tf32 = kind == "cuda" and p.capability >= (8, 0)
+    if real and tf32:  # Ampere+: fp32 matmuls/convolutions outside autocast use TF32 cores
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     return DeviceChoice(
         type=kind,
         reason=reason,
@@ -206,4 +270,7 @@ def choose_device(
         pin_memory=kind == "cuda",  # pinning warns on MPS and does nothing for XLA/CPU
         # A CPU fallback run is a smoke/CI run: worker processes only add start-up time there.
         num_workers=platform.num_workers if kind != "cpu" else 0,
+        notes=_device_notes(kind, p, platform),
+        where=_where(kind, p),
+        tf32=tf32,
     )

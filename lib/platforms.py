@@ -43,6 +43,7 @@ class Platform:
     num_workers: int
     devices: int = 1
     batch_sizes: dict[str, int] = field(default_factory=dict)
+    status: str = ""  # said beside the badge, e.g. that the hardware is retired
 
     def batch_size(self, workload: str) -> int:
         """Default batch size (per device) of `workload` on this platform."""
@@ -61,8 +62,11 @@ PLATFORMS: dict[str, Platform] = {
                  batch_sizes=_BATCH["colab_t4"]),
         Platform("colab_tpu", "Colab TPU", "colab", "xla", "TPU v5e-1", 12.0, 2,
                  batch_sizes=_BATCH["colab_tpu"]),
+        # Kaggle has retired its P100s: a notebook asking for one runs on a T4 (lib.device
+        # says so); the notebook stays for the sm_60 preflight and for older pushes.
         Platform("kaggle_p100", "Kaggle P100", "kaggle", "cuda", "Tesla P100", 12.0, 2,
-                 batch_sizes=_BATCH["kaggle_p100"]),
+                 batch_sizes=_BATCH["kaggle_p100"],
+                 status="retired on Kaggle: runs on a T4"),
         Platform("local_mps", "Local Mac (MPS)", "local", "mps", "Apple Silicon", None, 0,
                  batch_sizes=_BATCH["local_mps"]),
         # Multi-device: one process per device, BATCH_SIZE per device.

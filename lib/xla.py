@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 import os
 
 
@@ -17,8 +18,18 @@ def installed() -> bool:
     return importlib.util.find_spec("torch_xla") is not None
 
 
+class _NoJaxNotice(logging.Filter):
+    """torch_xla 2.8's profiler Trace, which its ParallelLoader enters for every batch, logs
+    'You are trying to use a feature that requires jax/pallas' each time when jax is absent
+    (Kaggle's TPU image): nothing here uses jax, so that notice is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "requires jax/pallas" not in record.getMessage()
+
+
 @functools.cache
 def _tx():
+    logging.getLogger().addFilter(_NoJaxNotice())  # torch_xla logs it through the root logger
     # Without this, the scalars 0 and 1 are baked into graphs as constants, so a learning
     # rate that decays from 1.0 compiles a new graph once it leaves 1.0.
     os.environ.setdefault("XLA_NO_SPECIAL_SCALARS", "1")

@@ -55,3 +55,20 @@ def test_bootstrap_module_does_not_import_torch():
     code = "import sys, lib.bootstrap; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"  # else PYTORCH_ENABLE_MPS_FALLBACK comes too late
+
+
+def test_a_hosted_runtime_is_compared_with_the_image_it_was_tested_on():
+    from tests.notebook_run import ROOT
+
+    same = {"torch": "2.11.0+cu130", "torchvision": "0.26.0"}
+    note = bootstrap.tested_image_note("colab_t4", ROOT, version=same.__getitem__,
+                                       python="3.13")
+    assert note == ("bootstrap: this runtime matches the Colab GPU image as read 2026-11 "
+                    "(Python 3.13, torch 2.11.0)")
+    newer = {"torch": "2.12.0", "torchvision": "0.27.0", "torch_xla": "2.8.0"}
+    note = bootstrap.tested_image_note("kaggle_tpu", ROOT, version=newer.__getitem__,
+                                       python="3.12")
+    assert note.startswith("bootstrap: this runtime differs from the Kaggle TPU image as read "
+                           "2026-11: torch 2.12.0 (tested: 2.8.0), torchvision 0.27.0 (tested: "
+                           "0.23.0); if something fails, that is the first suspect")
+    assert bootstrap.tested_image_note("local_mps", ROOT) == ""

@@ -1,6 +1,7 @@
 """build_notebooks.py: per-platform header, bootstrap, metadata, badges, determinism, --check."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,8 @@ import build_notebooks as bn
 from lib.platforms import PLATFORMS
 
 ROOT = Path(__file__).resolve().parent.parent
-CFG = {"repository": "someone/fork", "branch": "dev", "kaggle_user": "someone"}
+CFG = {"repository": "someone/fork", "branch": "dev", "kaggle_user": "someone",
+       "version": "0.1.0"}
 SOURCE = ROOT / "notebooks_src" / "fashion_mnist.py"
 
 
@@ -26,6 +28,7 @@ def project(tmp_path):
     """A copy of what the builder reads, to break on purpose."""
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copy(ROOT / "images.toml", tmp_path / "images.toml")
     shutil.copytree(ROOT / "notebooks_src", tmp_path / "notebooks_src")
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
     return tmp_path
@@ -67,14 +70,21 @@ def test_local_notebook_has_no_hosted_metadata():
 @pytest.mark.parametrize("platform", sorted(PLATFORMS))
 def test_header_bootstrap_and_parameters(platform):
     nb = rendered(platform)
-    header, boot = nb.cells[0], nb.cells[1]
+    header = nb.cells[0]
     assert "notebooks_src/fashion_mnist.py" in header.source
     assert PLATFORMS[platform].title in header.source
-    assert f'prepare("{platform}", root)' in boot.source
-    assert '"someone/fork", "dev"' in boot.source  # clone target from the one setting
-    params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    params = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1
-    assert f'PLATFORM = "{platform}"' in params[0].source
+    assert f'PLATFORM = "{platform}"' in nb.cells[params[0]].source
+    # The bootstrap follows the parameters (papermill injects its cell between them) and
+    # reads PLATFORM there: the platform is written once, so `-p PLATFORM` moves both.
+    boot = nb.cells[params[0] + 1]
+    assert boot.source.startswith("# Bootstrap")
+    assert boot.source.endswith("prepare(PLATFORM, _root)")
+    assert not any(name in boot.source for name in PLATFORMS)
+    assert '{"repository": "someone/fork", "ref": "dev", "version": "0.1.0"}' in boot.source
+    # No UPPER_CASE global: the config cell takes every such name as a parameter.
+    assert not re.search(r"^[A-Z][A-Z0-9_]* *=", boot.source, re.MULTILINE)
     assert all(c.get("outputs", []) == [] and c.get("execution_count") is None
                for c in nb.cells if c.cell_type == "code")
     assert nb.nbformat == 4 and nb.nbformat_minor == 5
@@ -137,3 +147,21 @@ def test_a_source_without_platform_parameter_is_refused(tmp_path):
     bad.write_text("# %% tags=[\"parameters\"]\nEPOCHS = 1\n")
     with pytest.raises(SystemExit, match="PLATFORM = ..."):
         bn.render(bad, PLATFORMS["colab_t4"], CFG)
+
+
+def test_platforms_as_tested_is_the_image_manifest(project):
+    """README's table of hosted images comes from images.toml, the one place pins are written."""
+    readme = (project / "README.md").read_text()
+    table = readme.split("<!-- images:start -->")[1].split("<!-- images:end -->")[0]
+    assert "| Colab TPU | 3.13 | 2.9.0 / 0.24.0 | torch_xla 2.9.0, jax 0.7.2; TPU v5e-1" in table
+    manifest = project / "images.toml"
+    manifest.write_text(manifest.read_text().replace('torch_xla = "2.8.0"', 'torch_xla = "2.8.1"'))
+    assert bn.stale_files(project) == ["README.md: stale"]
+    assert "torch_xla 2.8.1; TPU v5e-8" in bn.images_table(manifest)
+
+
+def test_the_retired_p100_is_said_beside_its_badge_and_in_its_notebook():
+    head = bn.badge_table(["fashion_mnist"], CFG).splitlines()[0]
+    assert "| Kaggle P100 (retired on Kaggle: runs on a T4) |" in head
+    assert "Tesla P100; retired on Kaggle: runs on a T4" in rendered("kaggle_p100").cells[0].source
+    assert "retired" not in rendered("kaggle_t4x2").cells[0].source

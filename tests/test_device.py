@@ -128,3 +128,73 @@ def test_loader_settings_follow_the_device_not_the_data():
         True, False, False, False)
     assert mps.num_workers == 0  # macOS spawn workers cannot pickle notebook classes
     assert cuda.num_workers == PLATFORMS["colab_t4"].num_workers
+
+
+# The 2026 line-up: say what really runs, in the one device line.
+L4 = dict(T4, cuda_name="NVIDIA L4", capability=(8, 9), arch_list=T4["arch_list"] + ("sm_89",))
+H100 = dict(T4, cuda_name="NVIDIA H100 80GB HBM3", capability=(9, 0))
+
+
+def test_the_kaggle_p100_notebook_on_a_t4_says_p100s_are_retired():
+    choice = pick("kaggle_p100", **T4)
+    line = choice.describe()
+    assert choice.type == "cuda" and "\n" not in line
+    assert line == ("device cuda (fp16) on Tesla T4 (sm_75): the Kaggle P100 notebook runs on a "
+                    "Tesla T4: Kaggle has retired its P100s, and a notebook asking for one gets "
+                    "a T4")
+
+
+@pytest.mark.parametrize("machine,dtype,tf32,name", [
+    (T4, torch.float16, False, "Tesla T4 (sm_75)"),
+    (L4, torch.bfloat16, True, "NVIDIA L4 (sm_89)"),
+    (A100, torch.bfloat16, True, "NVIDIA A100 (sm_80)"),
+    (H100, torch.bfloat16, True, "NVIDIA H100 80GB HBM3 (sm_90)"),
+])
+def test_colab_gpu_precision_follows_the_gpu_found_and_the_line_names_it(machine, dtype, tf32,
+                                                                         name):
+    choice = pick("colab_t4", **machine)
+    assert (choice.precision.dtype, choice.tf32) == (dtype, tf32)
+    line = choice.describe()
+    assert f" on {name}: " in line
+    assert ("TF32 matmuls" in line) is tf32
+    if machine is not T4:
+        assert f"runs on a {machine['cuda_name']}, not a T4: precision follows the GPU" in line
+
+
+def test_tf32_is_switched_on_only_for_a_real_ampere_gpu():
+    before = torch.backends.cuda.matmul.allow_tf32
+    pick("colab_t4", **A100)  # a faked probe never touches torch's global switches
+    assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+@pytest.mark.parametrize("platform", ["colab_tpu", "kaggle_tpu"])
+def test_xla_on_a_cpu_says_it_is_the_cpu_not_a_tpu(platform):
+    line = pick(platform, xla_installed=True, xla_device_type="CPU").describe()
+    assert line.startswith("device xla (bf16) on the CPU (XLA): ")
+    assert "XLA runs on the CPU here (PJRT_DEVICE=CPU), not on a TPU" in line
+    assert "accelerator is available" not in line
+    assert ("torch_xla.launch is not in use" in line) is (platform == "kaggle_tpu")
+    tpu = pick(platform, xla_installed=True, xla_device_type="TPU").describe()
+    assert "on a TPU: the" in tpu and "accelerator is available" in tpu and "CPU" not in tpu
+
+
+def test_probe_reads_the_xla_device_type_from_pjrt_device_without_importing_torch_xla():
+    from lib.device import probe
+
+    assert probe(environ={"PJRT_DEVICE": "cpu"}).xla_device_type == "CPU"
+    assert probe(environ={}).xla_device_type == ""
+
+
+@pytest.mark.parametrize("machine,expected", [
+    ({}, "no cuda here: one process on one device, DDP is not in use"),
+    (dict(T4, cuda_count=1), "1 GPU here: one process on one device, DDP is not in use"),
+])
+def test_t4x2_without_two_gpus_says_ddp_is_not_in_use(machine, expected):
+    line = pick("kaggle_t4x2", **machine).describe()
+    assert line.endswith("; " + expected) and "\n" not in line
+
+
+def test_t4x2_with_two_gpus_has_no_caveat():
+    line = pick("kaggle_t4x2", **dict(T4, cuda_count=2)).describe()
+    assert line == ("device cuda (fp16) on 2 x Tesla T4 (sm_75): the Kaggle T4 x2 notebook's "
+                    "accelerator is available")

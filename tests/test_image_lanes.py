@@ -1,0 +1,139 @@
+"""Every notebook of every platform on a stand-in of its hosted image, as a user starts it.
+
+One lane per image of images.toml (`make test-lanes` builds them with uv, then runs this file
+with `-m lane`): the notebook's kernel runs in the lane's environment (the image's Python and
+pins, nothing the bootstrap installs), in an empty working folder, with the bootstrap's
+clone served from this checkout (tests/served_repo.py), on the Colab stand-in
+(tests/fakes) or in Kaggle's environment, XLA images with PJRT_DEVICE=CPU; SMOKE and
+SAMPLE_DATA, at sizes an XLA-on-CPU lane finishes in minutes. A lane's tests run in one
+process, in order (`python -m tests.lanes test` starts one pytest per lane, TA_LANE naming
+it): the first notebook installs what the image lacks, the others find it installed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+
+from lib.metrics import read_jsonl
+from lib.platforms import PLATFORMS
+from tests import lanes
+from tests.notebook_run import FAKES, ROOT, stream_text
+from tests.served_repo import ServedRepo
+
+pytestmark = pytest.mark.lane
+IMAGES = lanes.images()
+LANE = os.environ.get("TA_LANE")  # one lane per process; unset: every lane, one after another
+if LANE and LANE not in IMAGES:
+    raise pytest.UsageError(f"TA_LANE={LANE!r} is not an image of images.toml: {sorted(IMAGES)}")
+RUN = {LANE: IMAGES[LANE]} if LANE else IMAGES
+WORKLOADS = sorted(p.stem for p in (ROOT / "notebooks_src").glob("*.py"))
+# SMOKE + SAMPLE_DATA, one epoch, at the XLA lane's sizes (tests/test_xla_*.py) so that an
+# XLA-on-CPU lane compiles in minutes: Mamba-Spike's official T=300 does not finish a batch
+# in ten, and MSHNet's smoke batch of 16 takes minutes per step.
+PARAMETERS = {
+    "fashion_mnist": dict(SMOKE_BATCHES=2),
+    "mshnet": dict(SMOKE_BATCHES=2, BATCH_SIZE=8),
+    "mamba_spike": dict(SMOKE_BATCHES=2, BATCH_SIZE=4, DATASET="nmnist", N_TIME_BINS=4,
+                        DOWNSAMPLE=2, D_MODEL=16, N_LAYERS=1, SPIKE_CHANNELS=8),
+    "optimizer_study": dict(SMOKE_BATCHES=2, BATCH_SIZE=16, OPTIMIZERS=["adamw"], SEEDS=[0]),
+}
+CASES = [pytest.param(image, platform, workload, id=f"{image}-{platform}-{workload}")
+         for image, spec in RUN.items() for platform in spec["platforms"]
+         for workload in WORKLOADS]
+
+
+def lane_python(image: str) -> Path:
+    python = lanes.lane_python(image)
+    if not python.exists():  # never a skip: a lane that did not run must fail
+        pytest.fail(f"the {image} lane is not built: run `python -m tests.lanes build {image}` "
+                    "(`make test-lanes` builds every lane, then runs these tests)")
+    return python
+
+
+def test_every_platform_is_on_exactly_one_image():
+    on = [p for spec in IMAGES.values() for p in spec["platforms"]]
+    assert sorted(on) == sorted(p for p in PLATFORMS if PLATFORMS[p].runtime != "local")
+    assert len(on) == len(set(on))
+    assert set(WORKLOADS) == set(PARAMETERS)
+
+
+@pytest.mark.parametrize("image", list(RUN))
+def test_the_lane_is_the_image(image):
+    """The lane's Python and every pin are the manifest's; nothing the bootstrap would add."""
+    python, spec = lane_python(image), IMAGES[image]
+    version = subprocess.run([str(python), "-c", "import sys; print(*sys.version_info[:2])"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert ".".join(version) == spec["python"]
+    have = lanes.installed(image)
+    for name, pin in spec["pins"].items():
+        assert have.get(name.lower().replace("_", "-"), "").split("+")[0] == pin, name
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    return ServedRepo(tmp_path_factory.mktemp("github"))
+
+
+@pytest.mark.parametrize("image,platform,workload", CASES)
+def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path):
+    python, profile = lane_python(image), PLATFORMS[platform]
+    opened = tmp_path / "opened" / f"{workload}.ipynb"  # where the user opened it from
+    opened.parent.mkdir()
+    shutil.copy(ROOT / "notebooks" / platform / f"{workload}.ipynb", opened)
+    content = tmp_path / "content"  # the runtime's empty working folder
+    content.mkdir()
+    env = {**served.env, "JUPYTER_PATH": str(lanes.jupyter_path()), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": ""}
+    params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=1, **PARAMETERS[workload])
+    if profile.runtime == "colab":
+        drive = tmp_path / "drive"
+        env.update(PYTHONPATH=str(FAKES), COLAB_RELEASE_TAG="release-colab-lane",
+                   TA_COLAB_DRIVE=str(drive), TA_FAKE_COLAB_LOG=str(tmp_path))
+        out_dir = drive / "MyDrive" / "train-anywhere" / "runs" / workload
+    else:  # Kaggle's defaults are under /kaggle/working: give this machine's folders instead
+        env["KAGGLE_KERNEL_RUN_TYPE"] = "Interactive"
+        out_dir = tmp_path / "working" / "runs"
+        params.update(DATA_DIR=str(tmp_path / "working" / "data"), OUT_DIR=str(out_dir))
+    if profile.accelerator == "xla":
+        env["PJRT_DEVICE"] = "CPU"
+    executed = tmp_path / "executed.ipynb"
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        papermill.execute_notebook(str(opened), str(executed), parameters=params,
+                                   cwd=str(content), kernel_name=lanes.kernel_name(image),
+                                   progress_bar=False)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    nb = nbformat.read(executed, as_version=4)
+    text = stream_text(nb)
+    # No notice a hosted stack repeats on every step (torch_xla 2.8 without jax did, 57 times).
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    repeated = {ln for ln in lines if lines.count(ln) > 3 and "epoch" not in ln.lower()}
+    assert not repeated, repeated
+    assert "requires jax/pallas" not in text
+    assert f"from train-anywhere/train-anywhere@main (cloned) at {content.resolve()}" in text
+    assert f"bootstrap: this runtime matches the {IMAGES[image]['title']} image" in text
+    assert ("every requirement is already installed" in text or
+            "bootstrap: installing what this runtime lacks" in text)
+    histories = sorted(out_dir.rglob("metrics.jsonl"))
+    assert histories, f"no metrics.jsonl under {out_dir}"
+    for path in histories:
+        rows = read_jsonl(path)
+        assert [r["epoch"] for r in rows] == [1]
+        assert all(math.isfinite(v) for r in rows for k, v in r.items()
+                   if k.endswith("loss") and isinstance(v, float))
+        assert rows[-1]["device"] == ("xla" if profile.accelerator == "xla" else "cpu")
+    assert str(python)  # the kernel ran in the lane (its kernelspec names this interpreter)
