@@ -58,10 +58,11 @@ class Run:
         self.tb = None
         self.history: list[dict] = []
         self.eta_warned = False
+        self._lines = progress_mod.Lines()  # one output in a notebook, however many epochs
 
     def log(self, message: str) -> None:
         if self.main:
-            progress_mod.write(message)
+            self._lines.write(message)
 
     def begin(self, history: list[dict], start_epoch: int) -> None:
         """Write config.json and the resumed history; open TensorBoard past `start_epoch`."""
