@@ -8,6 +8,7 @@ Where the run is shown decides the bar (`bar_kind`):
 * a terminal: tqdm's text bar, redrawn in place;
 * anything else (a pipe, a log file, a worker process): no bar, so a log holds one line per
   epoch and no stream of carriage returns.
+A run's lines (`Lines`) are one output in a notebook, a line each elsewhere.
 """
 
 from __future__ import annotations
@@ -75,6 +76,29 @@ def write(message: str) -> None:
         tqdm.write(message)
     else:
         print(message, flush=True)
+
+
+class Lines:
+    """The lines one run reports (resume, epoch rows, warnings). In a kernel they are one
+    output, updated in place: papermill stores every printed flush as an output of its own,
+    so printing an epoch row at a time would add an output an epoch. Elsewhere: printed."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.handle = None
+
+    def write(self, message: str) -> None:
+        if not in_kernel():
+            write(message)
+            return
+        from IPython.display import display
+
+        self.text += message + "\n"
+        shown = {"text/plain": self.text}
+        if self.handle is None:
+            self.handle = display(shown, raw=True, display_id=True)
+        else:
+            self.handle.update(shown, raw=True)
 
 
 _SHORT = {"accuracy": "acc", "balanced_accuracy": "bal_acc"}

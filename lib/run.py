@@ -49,10 +49,11 @@ class Run:
         self.tb = None
         self.history: list[dict] = []
         self.eta_warned = False
+        self._lines = progress_mod.Lines()  # one output in a notebook, however many epochs
 
     def log(self, message: str) -> None:
         if self.main:
-            progress_mod.write(message)
+            self._lines.write(message)
 
     def keep_old_metrics(self) -> None:
         """Training starts from epoch 1 in a folder that has epoch records (every checkpoint

@@ -38,9 +38,16 @@ def execute(workload: str, platform: str, out: Path, env: dict | None = None,
 
 
 def stream_text(nb: nbformat.NotebookNode) -> str:
-    """Everything the notebook printed."""
-    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                   for o in c.get("outputs", []) if o.get("output_type") == "stream")
+    """Everything the notebook printed, and the plain-text lines a run shows (lib.progress.Lines
+    keeps them in one display output, updated in place)."""
+    parts = []
+    for c in nb.cells:
+        for o in c.get("outputs", []) if c.cell_type == "code" else []:
+            if o.get("output_type") == "stream":
+                parts.append(o.get("text", ""))
+            elif set(o.get("data", {})) == {"text/plain"}:
+                parts.append(o["data"]["text/plain"] + "\n")
+    return "".join(parts)
 
 
 MAX_OUTPUTS = 8  # per code cell: a few prints, figures and one progress bar; never one a refresh

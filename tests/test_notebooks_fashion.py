@@ -58,10 +58,14 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
 
 def test_the_synthetic_sample_is_learned_gradually(tmp_path):
     """Not 1.0 after one epoch (the old sample was), and rising with training."""
-    execute("fashion_mnist", "local_mps", tmp_path, DATA_DIR=str(tmp_path / "data"),
-            OUT_DIR=str(tmp_path / "run"), **dict(SMOKE, EPOCHS=5, SMOKE_BATCHES=10))
+    nb = execute("fashion_mnist", "local_mps", tmp_path, DATA_DIR=str(tmp_path / "data"),
+                 OUT_DIR=str(tmp_path / "run"), **dict(SMOKE, EPOCHS=5, SMOKE_BATCHES=10))
     acc = [r["test_accuracy"] for r in check_run(tmp_path / "run", epochs=5)]
     assert acc[0] < 0.6 and acc[-1] > acc[0] + 0.1, acc
+    # Five epochs, still two outputs in the training cell: the bar and the run's lines.
+    (cell,) = [c for c in nb.cells if "launch(fashion_mnist.train" in c.source]
+    assert len(cell.outputs) <= 2, [o.output_type for o in cell.outputs]
+    assert len(epoch_lines(nb)) == 5
 
 
 def test_tpu_notebook_without_torch_xla_runs_on_the_cpu(tmp_path):

@@ -78,7 +78,7 @@ def test_notebook_trains_on_the_cpu(platform, dataset, tmp_path):
     assert f"{dataset}: {n_train} training and {n_test} test recordings" in text
     assert f"{n_train + n_test} recordings framed into" in text  # the cache warmed up front
     table = (tmp_path / "run" / "results.md").read_text()
-    assert table in markdown_outputs(nb)  # rendered as a table, not printed
+    assert table.strip() in markdown_outputs(nb)  # rendered as a table, not printed
     assert "| | this run (synthetic sample) |" in table
     check_clean_outputs(nb)
     best = max(history, key=lambda r: (r["test_accuracy"], -r["epoch"]))

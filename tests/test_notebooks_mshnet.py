@@ -53,7 +53,7 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
     best = best_record(history)
     assert f"best checkpoint: epoch {best['epoch']} of 2" in text
     table = (tmp_path / "run" / "results.md").read_text()
-    assert table in markdown_outputs(nb)  # rendered as a table, not printed
+    assert table.strip() in markdown_outputs(nb)  # rendered as a table, not printed
     check_clean_outputs(nb)
     assert f"| mIoU (%) | {best['test_mIoU']:.2f} | 67.16 |" in table
     assert f"| Fa (x1e-6) | {best['test_Fa']:.2f} | 15.03 |" in table

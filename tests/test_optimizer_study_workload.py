@@ -127,3 +127,9 @@ def test_smoke_trains_two_runs_of_the_default_grid_and_any_grid_set_by_hand():
     hand = make(SMOKE=True, OPTIMIZERS=["sgd", "lion", "adamw"], SEEDS=[0, 1])
     assert len(plan(hand)) == 6
     assert plan(make(SMOKE=True, OPTIMIZER="lion", SEED=2))[0].name == "cifar10-lion-seed2-sym0.2"
+
+
+def test_smoke_takes_small_batches_unless_batch_size_is_set():
+    assert make(SMOKE=True).resolved_batch_size() == 16
+    assert make(SMOKE=True, BATCH_SIZE=64).resolved_batch_size() == 64
+    assert make().resolved_batch_size() == 128  # colab_t4: the whole global batch

@@ -20,7 +20,6 @@ download check bypassed the way tonic's own tests do; real data never takes that
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
 import h5py
@@ -113,13 +112,19 @@ class SparseFrames:
         return np.concatenate([head, (index.astype(np.int64) << 16) | counts])
 
 
+_clip_noted = [False]  # the note is printed once per process, not once per recording
+
+
 def _saturate(counts: np.ndarray) -> np.ndarray:
-    """Counts as uint8; any above MAX_COUNT become MAX_COUNT, with a warning saying so."""
+    """Counts as uint8; any above MAX_COUNT become MAX_COUNT, with a note (one line, once per
+    process: a notebook shows it as text, not as a Python warning on stderr) saying so."""
     if counts.size and counts.max() > MAX_COUNT:
-        warnings.warn(f"a pixel has {int(counts.max())} events in one time bin; frames hold "
-                      f"at most {MAX_COUNT} per pixel per bin (uint8), so such counts are "
-                      f"clipped to {MAX_COUNT}. They come from hot pixels or long bins: use "
-                      "more N_TIME_BINS or a smaller DT_US to keep every event.", stacklevel=3)
+        if not _clip_noted[0]:
+            _clip_noted[0] = True
+            print(f"note: a pixel has {int(counts.max())} events in one time bin; frames hold "
+                  f"at most {MAX_COUNT} per pixel per bin (uint8), so such counts are clipped "
+                  f"to {MAX_COUNT}. They come from hot pixels or long bins: use more "
+                  "N_TIME_BINS or a smaller DT_US to keep every event.")
         counts = np.minimum(counts, MAX_COUNT)
     return counts.astype(np.uint8)
 

@@ -39,6 +39,7 @@ from lib.study import GridCell, finish_run, plan_runs, read_marker, run_status
 from lib.train import Task
 
 DEFAULT_SEEDS = [0, 1, 2]
+SMOKE_BATCH = 16
 SMOKE_GRID = (2, 1)  # SMOKE of the default grid: the first 2 OPTIMIZERS x the first seed
 
 
@@ -61,7 +62,7 @@ class OptimizerStudyConfig(RunConfig):
     noise_mode: str = "symmetric"  # or "asymmetric" (class pairs)
     weight_decay: float | None = None  # None: each optimizer's literature default
     warmup_epochs: int = 5  # linear warm-up, then cosine to zero, stepped every batch
-    smoke_batches: int = 2  # a ResNet-18 step takes about a second on a CPU: SMOKE in seconds
+    smoke_batches: int = 2  # batches of SMOKE_BATCH per epoch in SMOKE: seconds on a CPU
 
     def validate(self) -> None:
         self.dataset = self._named("dataset", self.dataset, check_name)
@@ -91,6 +92,13 @@ class OptimizerStudyConfig(RunConfig):
             return check(value)
         except ValueError as exc:
             raise ConfigError(f"{name.upper()}: {exc}") from None
+
+    def resolved_batch_size(self) -> int:
+        """BATCH_SIZE, else the platform's share of 128 (SMOKE: 16, a ResNet-18 step on a CPU
+        takes a second at 32)."""
+        if self.smoke and self.batch_size is None:
+            return SMOKE_BATCH
+        return super().resolved_batch_size()
 
     def _smoke_grid(self) -> bool:
         """SMOKE with the default grid: train only its first runs (a grid set by hand, e.g.
