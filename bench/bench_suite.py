@@ -21,8 +21,8 @@ from pathlib import Path
 
 from bench.common import ROOT, markdown_table, median, run_python
 
-COPIED = ("build_notebooks.py", "pyproject.toml", "README.md", "notebooks_src", "notebooks",
-          "lib")
+COPIED = ("build_notebooks.py", "pyproject.toml", "images.toml", "README.md", "notebooks_src",
+          "notebooks", "lib")
 
 
 def workspace(dest: Path) -> Path:

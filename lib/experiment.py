@@ -10,8 +10,9 @@ before anything is read or written, with each changed parameter and the fixes in
 - "new": leave it as it is and start afresh in the first free `fresh-<n>` sub-folder;
 - "require": resume, and refuse when there is nothing to resume.
 
-Each session appends what it ran with (device, precision, batch, EPOCHS...) to
-`sessions.jsonl`, so settings that may change between sessions are recorded, not overwritten.
+Each session that trains appends what it ran with (device, precision, batch, EPOCHS...) to
+`sessions.jsonl`, so settings that may change between sessions are recorded, not overwritten;
+a session with nothing left to train leaves the folder as it was.
 """
 
 from __future__ import annotations
@@ -119,13 +120,16 @@ def resolve(out_dir: Path, runs: list[tuple[Path, dict]], resume: str,
     return out_dir
 
 
-def record(run_dir: Path, config: dict, identity: dict, session: dict) -> None:
-    """Write config.json while the folder holds no training yet (so the experiment is
-    recorded once, before its first step, and never rewritten after) and append this
-    session's settings to sessions.jsonl."""
+def record(run_dir: Path, config: dict, identity: dict) -> None:
+    """Write config.json while the folder holds no training yet: the experiment is recorded
+    once, before its first step, and never rewritten after."""
     run_dir = Path(run_dir)
     if not holds_training(run_dir):
         text = json.dumps(dict(config, experiment=identity), indent=2, sort_keys=True) + "\n"
         atomic.write_bytes(run_dir / CONFIG, text.encode(), failpoint="experiment.record")
-    with open(run_dir / SESSIONS, "a") as f:
+
+
+def append_session(run_dir: Path, session: dict) -> None:
+    """Add a session that trains in `run_dir` to its sessions.jsonl (what it ran with)."""
+    with open(Path(run_dir) / SESSIONS, "a") as f:
         f.write(json.dumps(session, sort_keys=True) + "\n")

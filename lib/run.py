@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lib import experiment
 from lib import progress as progress_mod
 from lib.checkpoint import Checkpoints
 from lib.errors import OutDirError
@@ -39,7 +40,8 @@ class Run:
 
     def __init__(self, out_dir: Path, workload: str, model_config: dict,
                  session_hours: float | None = None, main: bool = True,
-                 tensorboard: bool = True, progress: bool = True) -> None:
+                 tensorboard: bool = True, progress: bool = True,
+                 session: dict | None = None) -> None:
         self.dir = check_writable(out_dir) if main else Path(out_dir)
         self.main, self.session_hours = main, session_hours
         self.metrics_path = self.dir / "metrics.jsonl"
@@ -49,11 +51,17 @@ class Run:
         self.tb = None
         self.history: list[dict] = []
         self.eta_warned = False
+        self.session = session  # what this session trains with, for sessions.jsonl
         self._lines = progress_mod.Lines()  # one output in a notebook, however many epochs
 
     def log(self, message: str) -> None:
         if self.main:
             self._lines.write(message)
+
+    def record_session(self) -> None:
+        """This session trains here: say with what in sessions.jsonl (lib.experiment)."""
+        if self.main and self.session is not None:
+            experiment.append_session(self.dir, self.session)
 
     def keep_old_metrics(self) -> None:
         """Training starts from epoch 1 in a folder that has epoch records (every checkpoint

@@ -59,7 +59,9 @@ class Session:
     def open_run(self, model_config: dict) -> Run:
         """The run folder (checkpoints, metrics, TensorBoard); only the main process writes."""
         return Run(self.out_dir, self.cfg.WORKLOAD, model_config,
-                   session_hours=self.platform.session_hours, main=self.dist.main)
+                   session_hours=self.platform.session_hours, main=self.dist.main,
+                   session=dict(self.resolved(), epochs=self.cfg.epochs,
+                                platform=self.cfg.platform))
 
     # What every workload's `loaders` / `train` / `load_best` share ----------------------
     def loaders(self, train_set, test_set, collate_fn=None):
@@ -148,6 +150,5 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
                 cfg.smoke_batches if cfg.smoke else None, devices, dist)
     if dist.main and not grid:
         experiment.record(out_dir, dict(cfg.to_dict(), resolved=s.resolved()),
-                          cfg.identity(s.global_batch),
-                          dict(s.resolved(), epochs=cfg.epochs, platform=cfg.platform))
+                          cfg.identity(s.global_batch))
     return s

@@ -264,6 +264,7 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
     if start_epoch >= epochs:
         run.log(f"nothing to do: the checkpoint has {start_epoch} of {epochs} epochs")
         return history
+    run.record_session()
     n_train = _batch_limit(train_loader, max_batches)
     progress = run.progress(total=(epochs - start_epoch) * n_train - start_batch)
     last_save = [time.monotonic()]

@@ -94,10 +94,22 @@ def test_a_rerun_retrains_nothing_and_fan_out_runs_merge(tmp_path):
     check_study(tmp_path / "study")
 
 
-def test_more_epochs_resume_the_finished_runs(tmp_path):
-    """EPOCHS raised after a finished study: each run continues from its checkpoint."""
+def test_more_epochs_are_another_study_and_start_afresh_on_request(tmp_path):
+    """The warm-up + cosine schedule is laid over EPOCHS, so raising EPOCHS after a finished
+    study would change every remaining step's lr: it is refused, naming the run and the
+    change, and RESUME = "new" trains the longer study beside the old one."""
+    import papermill
+
     one = dict(OPTIMIZERS=["adamw"], SEEDS=[0])
     run("local_mps", tmp_path, EPOCHS=1, **one)
-    text = stream_text(run("local_mps", tmp_path, EPOCHS=2, **one))
-    assert "resuming (lr 0.001" in text and "at epoch 1, batch 0" in text
-    check_study(tmp_path / "study", runs={"cifar10-adamw-seed0-sym0.2"})
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        run("local_mps", tmp_path, EPOCHS=2, **one)
+    assert err.value.ename == "ExperimentChanged"
+    assert "cifar10-adamw-seed0-sym0.2' holds a optimizer_study run" in err.value.evalue
+    assert "EPOCHS 1 -> 2" in err.value.evalue
+    run("local_mps", tmp_path, EPOCHS=2, RESUME="new", **one)
+    history = read_jsonl(tmp_path / "study" / "fresh-1" / "cifar10-adamw-seed0-sym0.2" /
+                         "metrics.jsonl")
+    assert [r["epoch"] for r in history] == [1, 2]
+    check_study(tmp_path / "study" / "fresh-1", runs={"cifar10-adamw-seed0-sym0.2"})
+    check_study(tmp_path / "study", runs={"cifar10-adamw-seed0-sym0.2"}, epochs=1)
