@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass, field
 
 import torch
@@ -82,6 +83,8 @@ class DeviceChoice:
     num_workers: int
     world_size: int = 1
     notes: tuple[str, ...] = field(default_factory=tuple)
+    compile_ok: bool = False  # torch.compile can run here (`compile_support`)
+    compile_note: str = ""  # why not, when it cannot
 
     @property
     def torch_device(self) -> torch.device:
@@ -137,6 +140,25 @@ def choose_precision(kind: str, p: Probe) -> Precision:
     if kind == "mps" and _version_at_least(p.torch_version, 2, 8):
         return Precision(torch.float16, scaler=True)  # GradScaler("mps") exists from 2.8
     return Precision(None, scaler=False)
+
+
+def compile_support(kind: str, p: Probe) -> tuple[bool, str]:
+    """(torch.compile can run on `kind` here?, why not). Inductor needs Triton and sm_70+ on
+    CUDA (a P100 is sm_60) and a C++ compiler on the CPU; MPS and XLA are not its targets
+    (XLA compiles whole graphs itself)."""
+    if kind == "cuda":
+        if p.capability < (7, 0):
+            sm = f"sm_{p.capability[0]}{p.capability[1]}"
+            return False, (f"{p.cuda_name or 'this GPU'} is {sm}, and torch.compile's Triton "
+                           "kernels need sm_70 or newer")
+        if importlib.util.find_spec("triton") is None:
+            return False, "Triton is not installed (torch.compile's CUDA code generator)"
+        return True, ""
+    if kind == "cpu":
+        if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+            return False, "no C++ compiler on this machine (torch.compile's CPU code generator)"
+        return True, ""
+    return False, f"torch.compile does not target {kind} here"
 
 
 def _requested(device: str, environ) -> tuple[str, str]:
@@ -201,6 +223,7 @@ def choose_device(
         reason = f"requested by {source}"
     if kind == "cuda":
         cuda_preflight(p)
+    compiles, compile_note = compile_support(kind, p)
     return DeviceChoice(
         type=kind,
         reason=reason,
@@ -208,4 +231,6 @@ def choose_device(
         pin_memory=kind == "cuda",  # pinning warns on MPS and does nothing for XLA/CPU
         # A CPU fallback run is a smoke/CI run: worker processes only add start-up time there.
         num_workers=platform.num_workers if kind != "cpu" else 0,
+        compile_ok=compiles,
+        compile_note=compile_note,
     )

@@ -112,12 +112,14 @@ class Run:
                     self.tb.add_scalar(k, v, record["epoch"])
             self.tb.flush()
         left = epochs - record["epoch"]
-        eta_h = left * record["seconds"] / 3600
+        compiling = record.get("compile_seconds", 0.0)  # once per session, not per epoch
+        eta_h = left * (record["seconds"] - compiling) / 3600
         shown = {k: round(v, 4) for k, v in record.items()
-                 if isinstance(v, float) and k not in ("seconds",)}
+                 if isinstance(v, float) and k not in ("seconds", "compile_seconds")}
         progress.set_postfix(loss=shown.get("train_loss"), refresh=False)
         self.log(f"epoch {record['epoch']}/{epochs} {shown} | "
-                 f"{record['samples_per_s']:.0f} samples/s | ETA {format_hours(eta_h)}")
+                 f"{record['samples_per_s']:.0f} samples/s | ETA {format_hours(eta_h)}"
+                 + (f" | compiling took {compiling:.0f} s, once" if compiling else ""))
         self._warn_eta(eta_h, record["epoch"])
 
     def _warn_eta(self, eta_h: float, done: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lib import compile
 from lib.data.common import make_loader
 from lib.session import Session
 from lib.train import Task, fit
@@ -19,9 +20,13 @@ def split_loaders(s: Session, train_set, test_set, collate_fn=None):
 def train_task(s: Session, loaders, task: Task, model_config: dict) -> list[dict]:
     """Fit `task` (resuming if a checkpoint exists) on this process's device; the history."""
     run = s.open_run(model_config)
+    on, why = compile.decide(s.cfg.compile, s.cfg.WORKLOAD, s.choice, s.cfg.smoke)
+    run.log(f"torch.compile: {'on' if on else 'off'} ({why})")
+    compile.apply(task.model, on)
     try:
         return fit(task, *loaders, s.choice, run, s.cfg.epochs, max_batches=s.max_batches,
-                   checkpoint_minutes=s.cfg.checkpoint_minutes, dist=s.dist, device=s.device)
+                   checkpoint_minutes=s.cfg.checkpoint_minutes, dist=s.dist, device=s.device,
+                   compiled=on)
     finally:
         run.close()
 
