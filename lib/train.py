@@ -45,7 +45,7 @@ class Backend:
         return torch.autocast(device_type=self.choice.type, dtype=self.dtype)
 
     def loader(self, loader):
-        if self.is_xla:
+        if self.is_xla and getattr(loader, "device", None) != self.device:
             from lib import xla
 
             return xla.wrap_loader(loader, self.device)

@@ -13,7 +13,7 @@ from lib.metrics import Accuracy
 from lib.models.cnn import CNN, CNNConfig
 from lib.session import Session
 from lib.train import Task
-from lib.workloads.common import load_best_into, split_loaders, train_task
+from lib.workloads.common import device_loaders, load_best_into, train_task
 
 
 @dataclass
@@ -43,9 +43,9 @@ def build_task(cfg: FashionConfig, device: torch.device) -> tuple[Task, dict]:
 
 
 def loaders(s: Session):
-    """(train, test) loaders; the training set is sharded across processes."""
+    """(train, test) loaders of images kept on the device; the training set is sharded."""
     train_set, test_set, _ = fashion.build_datasets(s.data_dir, s.cfg.sample_data)
-    return split_loaders(s, train_set, test_set)
+    return device_loaders(s, train_set, test_set, (fashion.MEAN,), (fashion.STD,))
 
 
 def train(s: Session) -> list[dict]:

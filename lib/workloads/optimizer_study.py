@@ -19,8 +19,9 @@ from torch import nn
 
 from lib import session
 from lib.config import ConfigError, RunConfig
-from lib.data.cifar import build_cifar_datasets, check_name, example_grid
+from lib.data.cifar import STATS, build_cifar_datasets, check_name, example_grid
 from lib.data.label_noise import NOISE_MODES
+from lib.data.on_device import Augment
 from lib.launch import launch
 from lib.metrics import Accuracy
 from lib.models.resnet import CifarResNet18, ResNetConfig
@@ -36,7 +37,7 @@ from lib.run import format_hours
 from lib.session import Session
 from lib.study import RunSpec, finish_run, plan_runs, read_marker, run_status
 from lib.train import Task
-from lib.workloads.common import split_loaders, train_task
+from lib.workloads.common import device_loaders, train_task
 
 
 @dataclass
@@ -152,7 +153,8 @@ def build_task(cfg: OptimizerStudyConfig, device: torch.device, num_classes: int
 def train(s: Session) -> list[dict]:
     """Train one run of the grid (`run_session`), resuming if it has a checkpoint."""
     train_set, test_set, info = datasets(s)
-    loaders = split_loaders(s, train_set, test_set)
+    mean, std = STATS[s.cfg.dataset]
+    loaders = device_loaders(s, train_set, test_set, mean, std, Augment(padding=4, flip=True))
     steps = len(loaders[0]) if s.max_batches is None else min(len(loaders[0]), s.max_batches)
     task, model_config = build_task(s.cfg, s.device, info["num_classes"], steps)
     return train_task(s, loaders, task, model_config)
