@@ -5,7 +5,7 @@ import pytest
 import torch
 from torchvision.transforms.v2 import functional as TF
 
-from lib.data.on_device import Augment, DeviceLoader, augment_batch, epoch_params
+from lib.data.on_device import Augment, DeviceLoader, epoch_params
 from lib.errors import DataError
 
 MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
@@ -88,8 +88,13 @@ def test_loader_contract_drop_last_for_training_and_every_sample_for_evaluation(
         _loader(images, labels, batch=64)
 
 
-def test_augment_batch_without_padding_only_flips():
-    images, _ = _data(n=4)
-    flips = torch.tensor([True, False, True, False])
-    out = augment_batch(images, torch.zeros(4, 2, dtype=torch.int64), flips, 0)
-    assert torch.equal(out[0], images[0].flip(-1)) and torch.equal(out[1], images[1])
+def test_flip_only_mirrors_every_chosen_sample():
+    images, labels = _data(n=16)
+    loader = DeviceLoader(images, torch.arange(16), 16, torch.device("cpu"), train=True, seed=3,
+                          mean=(0.0,) * 3, std=(1 / 255,) * 3, augment=Augment(flip=True))
+    (x, idx), = _epoch(loader, 0)
+    flips = epoch_params(16, 3, 0, Augment(flip=True))[1]
+    assert 0 < flips.sum() < 16
+    for s, i in zip(x, idx, strict=True):
+        want = images[i].flip(-1) if flips[i] else images[i]
+        torch.testing.assert_close(s, want.float(), rtol=1e-6, atol=1e-4)

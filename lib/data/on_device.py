@@ -41,19 +41,14 @@ def epoch_params(n: int, seed: int, epoch: int, augment: Augment) -> tuple[torch
     return offsets, flips
 
 
-def augment_batch(images: torch.Tensor, offsets: torch.Tensor, flips: torch.Tensor,
-                  padding: int) -> torch.Tensor:
-    """uint8 (B, C, H, W) -> the crops at `offsets` (B, 2: top, left) of the zero-padded
-    images, flipped left-right where `flips`; tensor ops on the images' device."""
-    b, _, h, w = images.shape
-    if padding:
-        padded = torch.nn.functional.pad(images, (padding,) * 4)
-        rows = (offsets[:, :1] + torch.arange(h, device=images.device))[:, None, :, None]
-        cols = (offsets[:, 1:] + torch.arange(w, device=images.device))[:, None, None, :]
-        batch = torch.arange(b, device=images.device)[:, None, None, None]
-        chans = torch.arange(images.shape[1], device=images.device)[None, :, None, None]
-        images = padded[batch, chans, rows, cols]
-    return torch.where(flips[:, None, None, None], images.flip(-1), images)
+def crop_indices(offsets: torch.Tensor, flips: torch.Tensor, h: int, w: int):
+    """Rows (n, h) and columns (n, w) of the zero-padded images that make each sample's crop
+    at `offsets` (top, left), flipped left-right where `flips` (the crop's column j is then
+    the padded column left + w - 1 - j): a crop and a flip are one gather."""
+    rows = offsets[:, :1] + torch.arange(h)
+    ahead, back = torch.arange(w), torch.arange(w - 1, -1, -1)
+    cols = offsets[:, 1:] + torch.where(flips[:, None], back, ahead)
+    return rows, cols
 
 
 class DeviceLoader:
@@ -70,10 +65,13 @@ class DeviceLoader:
             raise DataError(
                 f"the training set has {n} samples, fewer than one batch of {batch_size} "
                 f"per device; set BATCH_SIZE to at most {max(1, n // world_size)}.")
-        self.images = images.to(device)
+        self.hw = tuple(images.shape[2:])
         self.labels = labels.to(device=device, dtype=torch.int64)
         self.batch_size, self.device, self.train, self.seed = batch_size, device, train, seed
         self.augment = augment if train else Augment()
+        p = self.augment.padding  # stored padded: a crop is then one gather, no pad per batch
+        self.images = torch.nn.functional.pad(images, (p, p, p, p)).to(device)
+        self.channels = torch.arange(images.shape[1], device=device)[None, :, None, None]
         shape = (1, images.shape[1], 1, 1)
         self.mean = torch.tensor(mean, dtype=torch.float32).reshape(shape).to(device)
         self.std = torch.tensor(std, dtype=torch.float32).reshape(shape).to(device)
@@ -89,30 +87,35 @@ class DeviceLoader:
         return images.float().div(255).sub(self.mean).div(self.std)
 
     def __iter__(self) -> Iterator[list[torch.Tensor]]:
-        keys = list(iter(self.sampler))  # this rank's (epoch, index) from `start` on
+        """This rank's batches from the sampler's `start`. The epoch's order, crop rows and
+        columns go to the device once; a batch is then a slice, one gather, a normalisation."""
+        keys = list(iter(self.sampler))
         if not keys:
             return
         epoch = keys[0][0]
         order = torch.tensor([i for _, i in keys], dtype=torch.int64)
-        offsets = flips = None
+        rows = cols = None
         if self.augment.padding or self.augment.flip:
             offsets, flips = epoch_params(self.sampler.n, self.seed, epoch, self.augment)
+            rows, cols = crop_indices(offsets[order], flips[order], *self.hw)
+            rows, cols = rows.to(self.device), cols.to(self.device)
+        order = order.to(self.device)
         stop = len(order) - len(order) % self.batch_size if self.train else len(order)
         for pos in range(0, stop, self.batch_size):
             idx = order[pos : pos + self.batch_size]
-            dev_idx = idx.to(self.device, non_blocking=True)
-            images = self.images[dev_idx]
-            if offsets is not None:
-                images = augment_batch(images, offsets[idx].to(self.device),
-                                       flips[idx].to(self.device), self.augment.padding)
-            yield [self.normalise(images), self.labels[dev_idx]]
+            if rows is None:
+                images = self.images[idx]
+            else:
+                end = pos + self.batch_size
+                images = self.images[idx[:, None, None, None], self.channels,
+                                     rows[pos:end, None, :, None], cols[pos:end, None, None, :]]
+            yield [self.normalise(images), self.labels[idx]]
 
 
 def images_and_labels(dataset) -> tuple[torch.Tensor, torch.Tensor]:
     """uint8 (N, C, H, W) images and int64 labels of a torchvision in-memory dataset:
     FashionMNIST (`data` (N, H, W) tensor) or CIFAR10/100 (`data` (N, H, W, C) numpy array),
     with its current `targets` (the noisy ones, after label noise)."""
-    data = dataset.data
-    images = torch.as_tensor(data)
+    images = torch.as_tensor(dataset.data)
     images = images[:, None] if images.dim() == 3 else images.permute(0, 3, 1, 2)
     return images.contiguous(), torch.as_tensor(dataset.targets, dtype=torch.int64)
