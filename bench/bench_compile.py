@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.common import load_average, median
+from lib import compile
 
 WORKLOADS = ("fashion_mnist", "cifar10", "mshnet", "mamba_spike")
 
@@ -69,7 +70,7 @@ def _step(model, opt, x, y, loss_fn) -> float:
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
-    return float(loss)
+    return float(loss.detach())
 
 
 def _timed_steps(model, opt, x, y, loss_fn, steps: int) -> float:
@@ -82,8 +83,7 @@ def _timed_steps(model, opt, x, y, loss_fn, steps: int) -> float:
 def measure(workload: str, steps: int, repeats: int, batch: int | None = None,
             frames: int = 20) -> dict:
     model, make_opt, x, y, loss_fn, label = build(workload, batch, frames)
-    compiled = copy.deepcopy(model)
-    compiled.compile()
+    compiled = compile.apply(copy.deepcopy(model), True)  # as a run compiles it
     eager_opt, compiled_opt = make_opt(model.parameters()), make_opt(compiled.parameters())
     model.train()
     compiled.train()
