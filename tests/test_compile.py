@@ -100,3 +100,20 @@ def test_a_compiled_run_computes_the_eager_numbers_resumes_and_saves_plain_weigh
     assert not any("_orig_mod" in k for k in state["model"])
     plain = make_task(init_seed=5).model
     plain.load_state_dict(state["model"])  # strict
+
+
+def test_the_epoch_line_shows_compile_time_once_and_the_eta_leaves_it_out(tmp_path, capsys):
+    from lib.run import Run
+
+    run = Run(tmp_path, "toy", {}, tensorboard=False, progress=False)
+    run.begin([], 0)
+    bar = run.progress(total=3)
+    record = {"epoch": 1, "lr": 0.1, "train_loss": 1.0, "seconds": 100.0,
+              "compile_seconds": 90.0, "samples_per_s": 10.0}
+    run.end_epoch(record, 3, bar)
+    later = {k: v for k, v in record.items() if k != "compile_seconds"}
+    run.end_epoch(dict(later, epoch=2, seconds=10.0), 3, bar)
+    first, second = capsys.readouterr().out.strip().splitlines()
+    # two epochs left at the 10 s an epoch takes once compiled: 20 s, not 2 x 100 s
+    assert first.endswith("ETA 0.3 min | compiling took 90 s, once")
+    assert "compiling" not in second and "ETA 0.2 min" in second
