@@ -301,7 +301,8 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
 
     for epoch in range(start_epoch, epochs):
         t0 = time.perf_counter()
-        train_marks.append(t0)
+        if first_epoch[0]:
+            train_marks.append(t0)
         # The lr the epoch started with: after a mid-epoch resume, a per-step schedule has
         # moved on, so it comes from the checkpoint.
         lr = partial["lr"] if partial and "lr" in partial else task.optimizer.param_groups[0]["lr"]
@@ -310,7 +311,7 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
         record.update(train_one_epoch(task, train_loader, backend, epoch, start_batch=start_batch,
                                       max_batches=max_batches, partial=partial, on_step=on_step))
         train_seconds = time.perf_counter() - t0
-        eval_marks.append(time.perf_counter())
+        on_eval_batch()  # the evaluation's start
         record.update(evaluate(task, eval_loader, backend, max_batches, on_batch=on_eval_batch))
         if first_epoch[0]:
             record["compile_seconds"] = compile_seconds(train_marks) + compile_seconds(eval_marks)
