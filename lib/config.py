@@ -31,7 +31,7 @@ RESUME_CHOICES = ("auto", "new", "require")
 # Parameters that may change between sessions of one run: where and on what it trains, how
 # often it saves, how it resumes. EPOCHS too, unless the lr schedule spans them.
 RUN_SETTINGS = frozenset({"platform", "device", "data_dir", "out_dir", "checkpoint_minutes",
-                          "resume", "batch_size", "epochs"})
+                          "resume", "batch_size", "epochs", "compile"})
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -78,6 +78,7 @@ class RunConfig:
     checkpoint_minutes: float = 10.0
     smoke_batches: int = 6  # train (and eval) batches per epoch in smoke mode
     resume: str = "auto"  # "auto", "new" (afresh in a new sub-folder) or "require"
+    compile: bool | str = "auto"  # torch.compile: "auto" (where it helps), True or False
 
     # True where the lr schedule is laid over EPOCHS (cosine to the last epoch): then a
     # changed EPOCHS changes every remaining step's lr, so it defines the experiment.
@@ -132,6 +133,10 @@ class RunConfig:
                               f"{list(DEVICE_CHOICES)}. Fix it in the parameters cell, e.g. "
                               'DEVICE = "auto" (the best device this machine has).')
         self._choice("resume", self.resume, RESUME_CHOICES)
+        if isinstance(self.compile, str) and self.compile != "auto":
+            raise ConfigError(f"COMPILE={self.compile!r} is not a choice; expected \"auto\" "
+                              "(compile where it helps), True or False. Fix it in the "
+                              "parameters cell.")
         self._positive("epochs", self.epochs)
         if self.lr is not None:  # a workload may let None mean "the method's default"
             self._positive("lr", self.lr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass, field
 
 import torch
@@ -87,6 +88,8 @@ class DeviceChoice:
     notes: tuple[str, ...] = field(default_factory=tuple)  # more lines for the device line
     where: str = ""  # what really runs it, e.g. "Tesla T4 (sm_75)", "the CPU"
     tf32: bool = False  # TF32 matmuls and convolutions (CUDA on Ampere and newer)
+    compile_ok: bool = False  # torch.compile can run here (`compile_support`)
+    compile_note: str = ""  # why not, when it cannot
 
     @property
     def torch_device(self) -> torch.device:
@@ -146,6 +149,25 @@ def choose_precision(kind: str, p: Probe) -> Precision:
     if kind == "mps" and _version_at_least(p.torch_version, 2, 8):
         return Precision(torch.float16, scaler=True)  # GradScaler("mps") exists from 2.8
     return Precision(None, scaler=False)
+
+
+def compile_support(kind: str, p: Probe) -> tuple[bool, str]:
+    """(torch.compile can run on `kind` here?, why not). Inductor needs Triton and sm_70+ on
+    CUDA (a P100 is sm_60) and a C++ compiler on the CPU; MPS and XLA are not its targets
+    (XLA compiles whole graphs itself)."""
+    if kind == "cuda":
+        if p.capability < (7, 0):
+            sm = f"sm_{p.capability[0]}{p.capability[1]}"
+            return False, (f"{p.cuda_name or 'this GPU'} is {sm}, and torch.compile's Triton "
+                           "kernels need sm_70 or newer")
+        if importlib.util.find_spec("triton") is None:
+            return False, "Triton is not installed (torch.compile's CUDA code generator)"
+        return True, ""
+    if kind == "cpu":
+        if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+            return False, "no C++ compiler on this machine (torch.compile's CPU code generator)"
+        return True, ""
+    return False, f"torch.compile does not target {kind} here"
 
 
 def _requested(device: str, environ) -> tuple[str, str]:
@@ -263,6 +285,7 @@ def choose_device(
     if real and tf32:  # Ampere+: fp32 matmuls/convolutions outside autocast use TF32 cores
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    compiles, compile_note = compile_support(kind, p)
     return DeviceChoice(
         type=kind,
         reason=reason,
@@ -273,4 +296,6 @@ def choose_device(
         notes=_device_notes(kind, p, platform),
         where=_where(kind, p),
         tf32=tf32,
+        compile_ok=compiles,
+        compile_note=compile_note,
     )

@@ -102,7 +102,8 @@ class Lines:
 
 
 _SHORT = {"accuracy": "acc", "balanced_accuracy": "bal_acc"}
-_HIDDEN = {"epoch", "lr", "seconds", "samples_per_s", "train_samples", "xla_compiles"}
+_HIDDEN = {"epoch", "lr", "seconds", "samples_per_s", "train_samples", "xla_compiles",
+           "compile_seconds"}
 
 
 def _number(value: float) -> str:

@@ -107,9 +107,11 @@ class Run:
                     self.tb.add_scalar(k, v, record["epoch"])
             self.tb.flush()
         left = epochs - record["epoch"]
-        eta_h = left * record["seconds"] / 3600
+        compiling = record.get("compile_seconds", 0.0)  # once per session, not per epoch
+        eta_h = left * (record["seconds"] - compiling) / 3600
         progress.set_postfix(loss=record.get("train_loss"), refresh=False)
-        self.log(progress_mod.epoch_line(record, epochs, format_hours(eta_h)))
+        line = progress_mod.epoch_line(record, epochs, format_hours(eta_h))
+        self.log(line + (f"  (compiling took {compiling:.0f} s, once)" if compiling else ""))
         self._warn_eta(eta_h, record["epoch"])
 
     def _warn_eta(self, eta_h: float, done: int) -> None:

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import torch
 
-from lib import experiment
+from lib import compile, experiment
 from lib.config import RunConfig
 from lib.data.common import make_loader
+from lib.data.on_device import Augment, DeviceLoader, images_and_labels
 from lib.device import DeviceChoice, choose_device
 from lib.distributed import Dist
 from lib.platforms import Platform, detect_runtime, get_platform
@@ -73,15 +74,32 @@ class Session:
                 make_loader(test_set, self.batch_size, self.choice, train=False, seed=seed,
                             collate_fn=collate_fn))
 
+    def device_loaders(self, train_set, test_set, mean, std, augment: Augment | None = None):
+        """(train, test) `DeviceLoader`s over a torchvision in-memory dataset: uint8 images on
+        this process's device, augmented there (on XLA they stay on the host, where the same
+        ops run, and the loop's XLA loader moves each batch). The training set is sharded."""
+        device = torch.device("cpu") if self.choice.type == "xla" else self.device
+        seed, dist = self.cfg.seed, self.dist
+        return (DeviceLoader(*images_and_labels(train_set), self.batch_size, device,
+                             train=True, seed=seed, mean=mean, std=std,
+                             augment=augment or Augment(), rank=dist.rank,
+                             world_size=dist.world_size),
+                DeviceLoader(*images_and_labels(test_set), self.batch_size, device,
+                             train=False, seed=seed, mean=mean, std=std))
+
     def fit(self, loaders, task: Task, model_config: dict) -> list[dict]:
         """Train `task` in the run folder (resuming if it has a checkpoint) on this process's
-        device; the history."""
+        device, compiled where COMPILE says (`lib.compile`); the history."""
         run = self.open_run(model_config)
+        on, why = compile.decide(self.cfg.compile, self.cfg.WORKLOAD, self.choice,
+                                 self.cfg.smoke)
+        run.log(f"torch.compile: {'on' if on else 'off'} ({why})")
+        compile.apply(task.model, on)
         try:
             return fit(task, *loaders, self.choice, run, self.cfg.epochs,
                        max_batches=self.max_batches,
                        checkpoint_minutes=self.cfg.checkpoint_minutes, dist=self.dist,
-                       device=self.device)
+                       device=self.device, compiled=on)
         finally:
             run.close()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -44,7 +45,7 @@ class Backend:
         return torch.autocast(device_type=self.choice.type, dtype=self.dtype)
 
     def loader(self, loader):
-        if self.is_xla:
+        if self.is_xla and getattr(loader, "device", None) != self.device:
             from lib import xla
 
             return xla.wrap_loader(loader, self.device)
@@ -148,7 +149,7 @@ def train_one_epoch(task: Task, loader, backend: Backend, epoch: int, *, start_b
 
 @torch.no_grad()
 def evaluate(task: Task, loader, backend: Backend, max_batches: int | None = None,
-             metrics: Sequence | None = None) -> dict:
+             metrics: Sequence | None = None, on_batch: Callable[[], None] | None = None) -> dict:
     """Loss and metrics over `loader`, prefixed `test_`; `metrics` overrides the task's.
 
     Under DDP every process evaluates the whole loader with its unwrapped model, so every
@@ -170,6 +171,8 @@ def evaluate(task: Task, loader, backend: Backend, max_batches: int | None = Non
         faults.point("eval.batch")
         for m in metrics:
             m.update(output, target)
+        if on_batch is not None:
+            on_batch()
     out = {"test_loss": float(loss_sum) / max(seen, 1)}
     for m in metrics:
         out.update({f"test_{k}": v for k, v in m.compute().items()})
@@ -233,17 +236,28 @@ def _improved(task: Task, value: float, best: float | None) -> bool:
     return value > best if task.monitor_mode == "max" else value < best
 
 
+def compile_seconds(marks: list[float]) -> float:
+    """The first batch's time beyond the median of the others', from batch end times
+    (`marks[0]` the start): what compiling added. 0 with fewer than two batches."""
+    durations = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+    if len(durations) < 2:
+        return 0.0
+    return max(0.0, durations[0] - statistics.median(durations[1:]))
+
+
 def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, epochs: int,
         *, max_batches: int | None = None, checkpoint_minutes: float = 10.0,
         on_epoch: Callable[[dict], None] | None = None, dist: Dist | None = None,
-        device: torch.device | None = None) -> list[dict]:
+        device: torch.device | None = None, compiled: bool = False) -> list[dict]:
     """Train for `epochs` (resuming from `run`'s newest good checkpoint); return the history.
 
     `max_batches` caps train and eval batches per epoch (smoke mode). Each epoch record has
     `epoch` (1-based, epochs done), the train/test dicts, `lr`, `seconds`, `samples_per_s`,
-    `device` and, on XLA, `xla_compiles`. Under DDP/XLA multi-processing (`dist`), each
-    process trains on its shard and only the main one writes; mid-epoch checkpoints are then
-    off (a time-based save would need every process to agree on the moment).
+    `device` and, on XLA, `xla_compiles`; with `compiled` (the model went through
+    torch.compile), the session's first epoch also has `compile_seconds`. Under DDP/XLA
+    multi-processing (`dist`), each process trains on its shard and only the main one writes;
+    mid-epoch checkpoints are then off (a time-based save would need every process to agree
+    on the moment).
     """
     dist = dist or Dist()
     backend = Backend(choice, device, dist)
@@ -270,8 +284,17 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
     last_save = [time.monotonic()]
     epoch_lr = [None]
 
+    # Batch end times in this session's first epoch, where torch.compile compiles.
+    first_epoch, train_marks, eval_marks = [compiled], [], []
+
+    def on_eval_batch() -> None:
+        if first_epoch[0]:
+            eval_marks.append(time.perf_counter())
+
     def on_step(batch_done: int, loss_sum, seen: int) -> None:
         progress.update(1)
+        if first_epoch[0]:
+            train_marks.append(time.perf_counter())
         due = time.monotonic() - last_save[0] >= checkpoint_minutes * 60
         if due and batch_done < n_train and dist.world_size == 1:
             part = {"loss_sum": float(loss_sum), "seen": seen, "lr": epoch_lr[0]}
@@ -280,6 +303,8 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
 
     for epoch in range(start_epoch, epochs):
         t0 = time.perf_counter()
+        if first_epoch[0]:
+            train_marks.append(t0)
         # The lr the epoch started with: after a mid-epoch resume, a per-step schedule has
         # moved on, so it comes from the checkpoint.
         lr = partial["lr"] if partial and "lr" in partial else task.optimizer.param_groups[0]["lr"]
@@ -288,7 +313,11 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
         record.update(train_one_epoch(task, train_loader, backend, epoch, start_batch=start_batch,
                                       max_batches=max_batches, partial=partial, on_step=on_step))
         train_seconds = time.perf_counter() - t0
-        record.update(evaluate(task, eval_loader, backend, max_batches))
+        on_eval_batch()  # the evaluation's start
+        record.update(evaluate(task, eval_loader, backend, max_batches, on_batch=on_eval_batch))
+        if first_epoch[0]:
+            record["compile_seconds"] = compile_seconds(train_marks) + compile_seconds(eval_marks)
+            first_epoch[0] = False
         if task.scheduler is not None and task.scheduler_interval == "epoch":
             task.scheduler.step()
         record.update(backend.epoch_stats(), device=choice.type, seconds=time.perf_counter() - t0,

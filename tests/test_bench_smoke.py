@@ -194,3 +194,23 @@ def test_suite_report_names_the_notebooks_it_did_not_execute():
     text = bench_suite.report(res)
     assert "The fashion_mnist notebooks in smoke mode" in text and "30 s in all" in text
     assert "Not executed in this run: the mshnet notebooks." in text
+
+
+def test_mamba_spike_bench_splits_a_step_and_pairs_the_loops():
+    from bench import bench_mamba_spike
+
+    res = bench_mamba_spike.run(batch=1, frames=4, repeats=2)
+    assert len(res["ratios"]) == 2 and all(positive(r) for r in res["ratios"])
+    parts = [row["part"] for row in res["split"]]
+    assert parts[:2] == ["front-end convs + pools", "front-end LIF loop"]
+    assert "Mamba blocks" in parts and "whole training step" in bench_mamba_spike.report(res)
+
+
+def test_device_data_bench_counts_host_work_before_and_after(tmp_path):
+    from bench import bench_device_data
+
+    row = bench_device_data.measure("cifar10", tmp_path, batch=16, n=1, repeats=1)
+    assert positive(row["before_ms"]) and positive(row["after_host_ms"]) and row["ops"] > 0
+    needs = bench_device_data.demand([row])
+    assert {d["gpu"] for d in needs} == set(bench_device_data.GPUS)
+    assert all(positive(d["gpu_samples_s"]) and positive(d["after"]) for d in needs)

@@ -131,8 +131,11 @@ class SpikingConv(nn.Module):
         cur = self.currents(x)
         mem = torch.zeros_like(cur[:, 0])  # fresh state for every sequence
         spk, spikes = None, []
-        for t in range(cur.shape[1]):  # the LIF recurrence is inherently step by step
-            spk, mem = self.step(cur[:, t], spk, mem)
+        # The LIF recurrence is inherently step by step. `unbind`, never `cur[:, t]`: each
+        # indexed step's backward writes a zero-filled gradient of the whole sequence and adds
+        # it up, O(T^2); at T = 300 that was 95% of a training step (BENCHMARKS.md).
+        for cur_t in cur.unbind(1):
+            spk, mem = self.step(cur_t, spk, mem)
             spikes.append(spk)
         return torch.stack(spikes, dim=1)
 

@@ -43,9 +43,9 @@ def build_task(cfg: FashionConfig, device: torch.device) -> tuple[Task, dict]:
 
 
 def loaders(s: Session):
-    """(train, test) loaders; the training set is sharded across processes."""
+    """(train, test) loaders of images kept on the device; the training set is sharded."""
     train_set, test_set, _ = fashion.build_datasets(s.data_dir, s.cfg.sample_data)
-    return s.loaders(train_set, test_set)
+    return s.device_loaders(train_set, test_set, (fashion.MEAN,), (fashion.STD,))
 
 
 def train(s: Session) -> list[dict]:

@@ -19,9 +19,10 @@ from torch import nn
 
 from lib import session
 from lib.config import ConfigError, RunConfig
+from lib.data.cifar import STATS, check_name, example_grid
 from lib.data.cifar import build_datasets as cifar_datasets
-from lib.data.cifar import check_name, example_grid
 from lib.data.label_noise import NOISE_MODES
+from lib.data.on_device import Augment
 from lib.launch import launch
 from lib.metrics import Accuracy
 from lib.models.resnet import CifarResNet18, ResNetConfig
@@ -177,7 +178,8 @@ def build_task(cfg: OptimizerStudyConfig, device: torch.device, num_classes: int
 def train(s: Session) -> list[dict]:
     """Train one run of the grid (`cell_session`), resuming if it has a checkpoint."""
     train_set, test_set, info = datasets(s)
-    loaders = s.loaders(train_set, test_set)
+    mean, std = STATS[s.cfg.dataset]
+    loaders = s.device_loaders(train_set, test_set, mean, std, Augment(padding=4, flip=True))
     steps = len(loaders[0]) if s.max_batches is None else min(len(loaders[0]), s.max_batches)
     task, model_config = build_task(s.cfg, s.device, info["num_classes"], steps)
     return s.fit(loaders, task, model_config)
