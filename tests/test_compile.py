@@ -115,5 +115,5 @@ def test_the_epoch_line_shows_compile_time_once_and_the_eta_leaves_it_out(tmp_pa
     run.end_epoch(dict(later, epoch=2, seconds=10.0), 3, bar)
     first, second = capsys.readouterr().out.strip().splitlines()
     # two epochs left at the 10 s an epoch takes once compiled: 20 s, not 2 x 100 s
-    assert first.endswith("ETA 0.3 min | compiling took 90 s, once")
+    assert first.endswith("ETA 0.3 min  (compiling took 90 s, once)")
     assert "compiling" not in second and "ETA 0.2 min" in second
