@@ -188,7 +188,7 @@ print(f"bootstrap: train-anywhere {{lib.__version__}} at commit {{_commit}} from
       f"at {{_root}}")
 from lib.bootstrap import prepare
 
-prepare(PLATFORM, _root)'''
+_runtime = prepare(PLATFORM, _root)'''
 
 
 def _metadata(platform: Platform) -> dict:

@@ -11,7 +11,8 @@
 #
 # A small CNN (after pytorch/examples' MNIST script) on Fashion-MNIST: 60,000 28×28
 # greyscale clothes images in 10 classes. The same notebook runs on a Colab T4 or TPU, a
-# Kaggle P100 and an Apple-Silicon Mac; only the cells above the parameters differ.
+# Kaggle P100 and an Apple-Silicon Mac; only the generated bootstrap cell after the
+# parameters differs.
 #
 # * **Resume is automatic**: re-run the notebook after a disconnect and training continues
 #   from the newest checkpoint in `OUT_DIR` (on Colab that folder is on your Drive).
