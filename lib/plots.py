@@ -113,3 +113,23 @@ def confusion_matrix(matrix, classes, path: Path | None = None, title: str | Non
 def _cells(matrix):
     m = matrix.tolist()
     return [((i, j), v) for i, row in enumerate(m) for j, v in enumerate(row)]
+
+
+def firing_rates(stats: dict, path: Path | None = None, sample: bool = False):
+    """Mamba-Spike's front end: each layer's firing rate and share of silent neurons."""
+    layers = sorted({k.split("_")[0] for k in stats})
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
+    for ax, key, title, unit in (
+            (axes[0], "rate", "firing rate", "spikes per neuron per time step"),
+            (axes[1], "silent", "silent neurons", "share that never spike")):
+        values = [stats[f"{layer}_{key}"] for layer in layers]
+        ax.bar(layers, values, color="tab:red" if key == "rate" else "tab:gray")
+        ax.set(title=title, xlabel="front-end layer", ylabel=unit,
+               ylim=(0, max(1e-3, 1.15 * max(values))))
+        for x, v in enumerate(values):
+            ax.text(x, v, f"{v:.3f}", ha="center", va="bottom", fontsize=8)
+    fig.suptitle(titled("Spiking front end on the test set", sample))
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig

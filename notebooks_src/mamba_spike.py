@@ -118,7 +118,7 @@ history = launch(mamba_spike.train, s)
 # fire on a recording): spiking networks are judged by sparsity as well as accuracy.
 
 # %%
-from lib.plots import confusion_matrix, training_curves
+from lib.plots import confusion_matrix, firing_rates, training_curves
 
 training_curves(history, s.out_dir / "curves.png", title=f"Mamba-Spike on {info['name']}",
                 sample=cfg.sample_data);
@@ -133,7 +133,7 @@ confusion_matrix(matrix, info["classes"], s.out_dir / "confusion.png",
 
 # %%
 stats = mamba_spike.spike_statistics(task.model, test_set, s.device)
-mamba_spike.firing_rate_figure(stats, s.out_dir / "firing_rates.png");
+firing_rates(stats, s.out_dir / "firing_rates.png", sample=cfg.sample_data);
 
 # %%
 from IPython.display import Markdown, display

@@ -13,6 +13,7 @@ from lib.data import events, events_sample
 from lib.data.events import build_datasets as event_datasets
 from lib.data.events import cache_file, warm_cache
 from lib.models.mamba_spike import MambaSpike, count_parameters
+from lib.plots import firing_rates
 from lib.workloads import mamba_spike as ms
 from lib.workloads.mamba_spike import MambaSpikeRunConfig, build_task
 
@@ -237,8 +238,11 @@ def test_figures_and_results_table(tmp_path):
     stats = ms.spike_statistics(task.model, test, torch.device("cpu"), n=4)
     assert set(stats) == {f"layer{i}_{k}" for i in (1, 2, 3) for k in ("rate", "silent")}
     assert all(0 <= v <= 1 for v in stats.values())
-    ms.firing_rate_figure(stats, tmp_path / "rates.png")
+    fig = firing_rates(stats, tmp_path / "rates.png", sample=True)
     assert (tmp_path / "rates.png").stat().st_size > 5_000
+    assert "synthetic sample" in fig._suptitle.get_text()
+    assert [ax.get_ylabel() for ax in fig.axes] == ["spikes per neuron per time step",
+                                                    "share that never spike"]
     scores = {"test_accuracy": 0.5, "test_balanced_accuracy": 0.25}
     table = ms.results_table(scores, stats, info, task, True, cfg.deviations())
     assert "| test accuracy (%) | 50.00 | 99.5 |" in table

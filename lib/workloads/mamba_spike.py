@@ -15,7 +15,6 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import torch
 from torch import nn
 from torch.utils.data import Subset
@@ -342,23 +341,6 @@ def spike_statistics(model: MambaSpike, dataset, device: torch.device, n: int = 
     batch, _ = pad_collate([dataset[i] for i in range(min(n, len(dataset)))])
     model.eval()
     return firing_rates(model, batch.to(device))
-
-
-def firing_rate_figure(stats: dict, path: Path | None = None):
-    """Bar charts of each front-end layer's firing rate and silent-neuron share."""
-    layers = sorted({k.split("_")[0] for k in stats})
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
-    for ax, key, title in ((axes[0], "rate", "spikes per neuron per step"),
-                           (axes[1], "silent", "share of neurons that never spike")):
-        values = [stats[f"{layer}_{key}"] for layer in layers]
-        ax.bar(layers, values, color="tab:red" if key == "rate" else "tab:gray")
-        ax.set(title=title, ylim=(0, max(1e-3, 1.15 * max(values))))
-        for x, v in enumerate(values):
-            ax.text(x, v, f"{v:.3f}", ha="center", va="bottom", fontsize=8)
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=100)
-    return fig
 
 
 def results_table(scores: dict, stats: dict, info: dict, task: Task, sample: bool,
