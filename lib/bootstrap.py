@@ -23,7 +23,6 @@ REQUIREMENTS = {
     "tqdm": "tqdm>=4.66",
     "matplotlib": "matplotlib>=3.7",
     "tensorboard": "tensorboard>=2.14",
-    "torchmetrics": "torchmetrics>=1.4",
     "einops": "einops>=0.7",
     "scipy": "scipy>=1.10",
     "snntorch": "snntorch>=0.9",

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
-from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from lib import atomic
 
@@ -32,44 +31,53 @@ def _logits(output):
 
 
 class Accuracy:
-    """Top-1 accuracy over an epoch (torchmetrics' micro-averaged MulticlassAccuracy: correct /
-    seen), summed on the device. Input checks are off: they read values back to the host."""
+    """Top-1 accuracy over an epoch: correct / seen, summed on the device.
 
-    def __init__(self, num_classes: int) -> None:
-        self.metric = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
-
-    def reset(self) -> None:
-        self.metric.reset()
-
-    def update(self, output, target) -> None:
-        logits = _logits(output).detach()
-        self.metric.to(logits.device).update(logits, target)
-
-    def compute(self) -> dict[str, float]:
-        if not self.metric.update_called:
-            return {"accuracy": float("nan")}
-        return {"accuracy": float(self.metric.compute())}
-
-
-class ConfusionMatrix:
-    """Counts (target, prediction) pairs on the device (torchmetrics' MulticlassConfusionMatrix,
-    rows = targets); `matrix()` returns a CPU tensor."""
+    Hand-written rather than torchmetrics' MulticlassAccuracy: measured in the XLA lane, that
+    one made XLA compile 8 new graphs in every epoch of the Fashion-MNIST TPU notebook; this
+    sum compiles none after the first epoch (tests/test_xla_lane.py)."""
 
     def __init__(self, num_classes: int) -> None:
         self.num_classes = num_classes
-        self.metric = MulticlassConfusionMatrix(num_classes, validate_args=False)
+        self.reset()
 
     def reset(self) -> None:
-        self.metric.reset()
+        self.correct = self.seen = None
 
     def update(self, output, target) -> None:
-        logits = _logits(output).detach()
-        self.metric.to(logits.device).update(logits, target)
+        hits = (_logits(output).argmax(dim=-1) == target).sum()
+        n = torch.tensor(target.shape[0], device=target.device)
+        self.correct = hits if self.correct is None else self.correct + hits
+        self.seen = n if self.seen is None else self.seen + n
+
+    def compute(self) -> dict[str, float]:
+        if self.seen is None:
+            return {"accuracy": float("nan")}
+        return {"accuracy": float(self.correct) / float(self.seen)}
+
+
+class ConfusionMatrix:
+    """Counts (target, prediction) pairs on the device; `matrix()` returns a CPU tensor
+    (rows = targets)."""
+
+    def __init__(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+        self.reset()
+
+    def reset(self) -> None:
+        self.counts = None
+
+    def update(self, output, target) -> None:
+        pred = _logits(output).argmax(dim=-1)
+        flat = target.long() * self.num_classes + pred.long()
+        c = torch.bincount(flat, minlength=self.num_classes**2)
+        self.counts = c if self.counts is None else self.counts + c
 
     def matrix(self) -> torch.Tensor:
-        if not self.metric.update_called:
-            return torch.zeros(self.num_classes, self.num_classes, dtype=torch.long)
-        return self.metric.compute().detach().cpu().long()
+        n = self.num_classes
+        if self.counts is None:
+            return torch.zeros(n, n, dtype=torch.long)
+        return self.counts.detach().cpu().view(n, n)
 
     def compute(self) -> dict[str, float]:
         m = self.matrix().double()

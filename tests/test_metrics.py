@@ -1,4 +1,4 @@
-"""Epoch metrics (torchmetrics underneath): values worked out by hand, accumulated over
+"""Epoch metrics: values worked out by hand, accumulated over
 batches, models that return (logits, extras)."""
 
 import math
@@ -18,7 +18,7 @@ def test_accuracy_is_correct_over_seen_across_batches():
     assert math.isnan(acc.compute()["accuracy"])
     acc.update(_logits([0, 1, 2, 2]), torch.tensor([0, 1, 1, 2]))  # 3 of 4
     acc.update((_logits([1, 1]), "extras"), torch.tensor([0, 1]))  # 1 of 2, tuple output
-    assert acc.compute()["accuracy"] == pytest.approx(4 / 6)  # a float32 ratio
+    assert acc.compute()["accuracy"] == pytest.approx(4 / 6)
     acc.reset()
     acc.update(_logits([2]), torch.tensor([2]))
     assert acc.compute()["accuracy"] == 1.0

@@ -9,7 +9,7 @@ import torch
 pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
-from lib.data.cifar import cifar_datasets  # noqa: E402
+from lib.data.cifar import build_datasets as cifar_datasets  # noqa: E402
 from lib.metrics import read_jsonl  # noqa: E402
 from lib.models.resnet import CifarResNet18, ResNetConfig  # noqa: E402
 from lib.study import read_results  # noqa: E402
