@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from unittest import mock
 
 import nbformat
 import papermill
@@ -22,18 +23,10 @@ def execute(workload: str, platform: str, out: Path, env: dict | None = None,
     notebook = ROOT / "notebooks" / platform / f"{workload}.ipynb"
     out.mkdir(parents=True, exist_ok=True)
     executed = out / f"{platform}-{workload}.ipynb"
-    saved = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    try:
+    with mock.patch.dict(os.environ, env or {}):  # the kernel inherits it
         papermill.execute_notebook(str(notebook), str(executed), parameters=parameters,
                                    cwd=str(notebook.parent), progress_bar=False,
                                    kernel_name="python3")
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return nbformat.read(executed, as_version=4)
 
 

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import nbformat
 import papermill
@@ -55,17 +56,9 @@ def served(tmp_path):
 def run(notebook: Path, cwd: Path, env: dict, **parameters) -> nbformat.NotebookNode:
     """papermill `notebook` with the kernel in `cwd`; raises PapermillExecutionError."""
     out = notebook.with_name(f"{notebook.stem}-out.ipynb")
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, env):  # the kernel inherits it
         papermill.execute_notebook(str(notebook), str(out), parameters=parameters, cwd=str(cwd),
                                    progress_bar=False, kernel_name="python3")
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return nbformat.read(out, as_version=4)
 
 

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from unittest import mock
 
 import nbformat
 import papermill
@@ -105,18 +106,10 @@ def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path)
     if profile.accelerator == "xla":
         env["PJRT_DEVICE"] = "CPU"
     executed = tmp_path / "executed.ipynb"
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, env):  # the kernel inherits it
         papermill.execute_notebook(str(opened), str(executed), parameters=params,
                                    cwd=str(content), kernel_name=lanes.kernel_name(image),
                                    progress_bar=False)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     nb = nbformat.read(executed, as_version=4)
     text = stream_text(nb)
     # No notice a hosted stack repeats on every step (torch_xla 2.8 without jax did, 57 times).
