@@ -79,7 +79,13 @@ def test_header_bootstrap_and_parameters(platform):
     # The bootstrap follows the parameters (papermill injects its cell between them) and
     # reads PLATFORM there: the platform is written once, so `-p PLATFORM` moves both.
     boot = nb.cells[params[0] + 1]
-    assert boot.source.startswith("# Bootstrap")
+    # Folded in every front end: the first line is the title Colab's form view shows.
+    assert boot.source.startswith("# @title Bootstrap: ")
+    assert boot.metadata["jupyter"] == {"source_hidden": True}
+    runtime = PLATFORMS[platform].runtime
+    assert (boot.metadata.get("cellView") == "form") is (runtime == "colab")
+    assert (boot.metadata.get("_kg_hide-input") is True) is (runtime == "kaggle")
+    assert all(c.metadata in ({}, {"tags": ["parameters"]}) for c in nb.cells if c is not boot)
     assert boot.source.endswith("prepare(PLATFORM, _root)")
     assert not any(name in boot.source for name in PLATFORMS)
     assert '{"repository": "someone/fork", "ref": "dev", "version": "0.1.0"}' in boot.source
