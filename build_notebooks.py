@@ -336,7 +336,8 @@ def stale_files(root: Path = ROOT) -> list[str]:
                 for p, text in expected.items() if not p.exists() or p.read_text() != text]
     generated = set(expected)
     for p in sorted((root / "notebooks").rglob("*")):
-        if p.is_file() and p.suffix in (".ipynb", ".json") and p not in generated:
+        if p.is_file() and p.suffix in (".ipynb", ".json") and p not in generated \
+                and ".ipynb_checkpoints" not in p.parts:  # Jupyter's autosaves of a notebook
             problems.append(f"{p.relative_to(root)}: not generated from any source (remove it)")
     return problems
 

@@ -128,6 +128,9 @@ def test_check_names_stale_missing_and_orphaned_files(project):
     stale = project / "notebooks/kaggle_p100/fashion_mnist.ipynb"
     stale.write_text(stale.read_text().replace("Fashion-MNIST", "Fashion MNIST"))
     (project / "notebooks/local_mps/old.ipynb").write_text("{}")
+    autosave = project / "notebooks/local_mps/.ipynb_checkpoints/fashion_mnist-checkpoint.ipynb"
+    autosave.parent.mkdir()
+    autosave.write_text("{}")  # JupyterLab's, once a user opens a notebook: not an orphan
     problems = bn.stale_files(project)
     assert "notebooks/colab_t4/fashion_mnist.ipynb: missing" in problems
     assert "notebooks/kaggle_p100/fashion_mnist.ipynb: stale" in problems
