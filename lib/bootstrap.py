@@ -127,8 +127,12 @@ def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
     return runtime
 
 
-def finish(runtime: str) -> None:
-    """End of a notebook: on Colab, flush Drive's cache and unmount, so nothing is lost."""
+def finish(runtime: str, out_dir: Path | None = None) -> None:
+    """End of a notebook: name what it wrote in `out_dir` (not the hidden bookkeeping files),
+    and on Colab flush Drive's cache and unmount, so nothing is lost."""
+    if out_dir is not None:
+        print(f"outputs in {out_dir}:",
+              *sorted(p.name for p in Path(out_dir).iterdir() if not p.name.startswith(".")))
     if runtime == "colab":
         from google.colab import drive
 

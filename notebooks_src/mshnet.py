@@ -127,5 +127,4 @@ show_tensorboard(s.out_dir / "tb", s.runtime)
 # %%
 from lib.bootstrap import finish
 
-print("outputs:", *sorted(p.name for p in s.out_dir.iterdir()))
-finish(s.runtime)
+finish(s.runtime, s.out_dir)

@@ -72,3 +72,10 @@ def test_a_hosted_runtime_is_compared_with_the_image_it_was_tested_on():
                            "2026-11: torch 2.12.0 (tested: 2.8.0), torchvision 0.27.0 (tested: "
                            "0.23.0); if something fails, that is the first suspect")
     assert bootstrap.tested_image_note("local_mps", ROOT) == ""
+
+
+def test_finish_names_the_outputs_but_not_the_hidden_bookkeeping(tmp_path, capsys):
+    for name in ("results.csv", ".results.lock", "checkpoints"):
+        (tmp_path / name).touch()
+    bootstrap.finish("local", tmp_path)
+    assert capsys.readouterr().out == f"outputs in {tmp_path}: checkpoints results.csv\n"
