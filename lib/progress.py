@@ -103,7 +103,8 @@ class Lines:
 
 _SHORT = {"accuracy": "acc", "balanced_accuracy": "bal_acc"}
 _HIDDEN = {"epoch", "lr", "seconds", "samples_per_s", "train_samples", "xla_compiles",
-           "compile_seconds"}
+           "compile_seconds",
+           "test_Fa_all"}  # MSHNet's secondary Fa: in metrics.jsonl and the results table
 
 
 def _number(value: float) -> str:

@@ -15,7 +15,8 @@ def test_epoch_line_is_a_formatted_row():
     assert progress.epoch_line(record, 14, "4.1 min") == (
         "epoch 3/14  train_loss 0.4123  test_loss 0.3012  test_acc 0.8712  test_bal_acc 0.87  "
         "705 samples/s  ETA 4.1 min")
-    tiny = progress.epoch_line({"epoch": 1, "test_Fa": 0.0, "test_loss": 2e-5}, 2, "0.0 min")
+    tiny = progress.epoch_line({"epoch": 1, "test_Fa": 0.0, "test_Fa_all": 3.0,
+                                "test_loss": 2e-5}, 2, "0.0 min")
     assert tiny == "epoch 1/2  test_Fa 0  test_loss 2.00e-05  ETA 0.0 min"
 
 
