@@ -16,28 +16,26 @@ JOBS ?= 2
 
 .PHONY: install install-xla lanes demo test test-main test-xla test-lanes lint notebooks check bench clean
 
-# One line, not pip's "no matching distribution", when PYTHON is too old (a Mac's python3 is 3.9).
-PYTHON_CHECK = @$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v >= (3, 11) \
-	else "make: PYTHON=$(PYTHON) is Python %d.%d; train-anywhere needs 3.11 or newer: install one " \
+# A venv $(1) with the torch pins $(2) and the library. First one line, not pip's "no matching
+# distribution", when PYTHON is too old (a Mac's python3 is Apple's 3.9).
+define make_venv
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v >= (3, 11) else \
+	"make: PYTHON=$(PYTHON) is Python %d.%d; train-anywhere needs 3.11 or newer: install one " \
 	"(python.org, or brew install python@3.12 on a Mac) and run make again with PYTHON=python3.12" % v)'
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/python -m pip install --quiet $(2)
+	$(1)/bin/python -m pip install --quiet -e ".[dev]"
+	touch $@
+endef
 
 install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON_CHECK)
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e ".[dev]"
-	touch $@
+	$(call make_venv,$(VENV),$(TORCH))
 
 install-xla: $(XLA_VENV)/.installed
 $(XLA_VENV)/.installed: pyproject.toml
-	$(PYTHON_CHECK)
-	$(PYTHON) -m venv $(XLA_VENV)
-	$(XLA_PY) -m pip install --quiet --upgrade pip
-	$(XLA_PY) -m pip install --quiet $(XLA_TORCH)
-	$(XLA_PY) -m pip install --quiet -e ".[dev]"
-	touch $@
+	$(call make_venv,$(XLA_VENV),$(XLA_TORCH))
 
 notebooks: install
 	$(PY) build_notebooks.py
