@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lib.progress import epoch_line
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "notebooks_src"
 NOTEBOOKS = ROOT / "notebooks"
@@ -205,21 +207,6 @@ def fmt_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-def epoch_line(record: dict, epochs: int | None, label: str = "") -> str:
-    """`epoch 2/14  train_loss 0.41  test_accuracy 0.86  3.1s  ETA 37s` for one record."""
-    e = record.get("epoch", "?")
-    parts = [f"{label}epoch {e}/{epochs}" if epochs else f"{label}epoch {e}"]
-    for key in ("train_loss", *HEADLINES):
-        if isinstance(record.get(key), (int, float)):
-            parts.append(f"{key} {record[key]:.4f}")
-    seconds = record.get("seconds")
-    if isinstance(seconds, (int, float)):
-        parts.append(f"{seconds:.1f}s")
-        if epochs and isinstance(e, int):
-            parts.append(f"ETA {fmt_duration(max(epochs - e, 0) * seconds)}")
-    return "  ".join(parts)
-
-
 class Progress(threading.Thread):
     """Prints one line per new epoch record in any metrics.jsonl under `out_dir`."""
 
@@ -242,7 +229,8 @@ class Progress(threading.Thread):
             for record in records[self.seen.get(path, 0):]:
                 rel = path.parent.relative_to(self.out_dir)
                 label = "" if str(rel) == "." else f"{rel}: "
-                print(epoch_line(record, self.epochs, label), file=self.stream, flush=True)
+                line = epoch_line(record, self.epochs or record.get("epoch", 0))
+                print(label + line, file=self.stream, flush=True)
             self.seen[path] = max(self.seen.get(path, 0), len(records))
 
     def run(self) -> None:

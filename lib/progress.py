@@ -113,8 +113,21 @@ def _number(value: float) -> str:
     return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
 
 
-def epoch_line(record: dict, epochs: int, eta: str) -> str:
-    """`epoch 3/14  train_loss 0.412  test_acc 0.871  705 samples/s  ETA 4.1 min`."""
+def eta_hours(record: dict, epochs: int) -> float:
+    """Hours the epochs after `record`'s take at its pace; a compile time it paid (once per
+    session) is not counted again."""
+    per_epoch = record.get("seconds", 0.0) - record.get("compile_seconds", 0.0)
+    return max(epochs - record["epoch"], 0) * per_epoch / 3600
+
+
+def format_hours(h: float) -> str:
+    return f"{h * 60:.1f} min" if h < 1 else f"{h:.1f} h"
+
+
+def epoch_line(record: dict, epochs: int, eta: str | None = None) -> str:
+    """`epoch 3/14  train_loss 0.412  test_acc 0.871  705 samples/s  ETA 4.1 min`: the row of
+    a notebook's epoch and of `train-anywhere run`'s (the ETA from `record` unless given)."""
+    eta = format_hours(eta_hours(record, epochs)) if eta is None else eta
     parts = [f"epoch {record['epoch']}/{epochs}"]
     for key, value in record.items():
         if key in _HIDDEN or isinstance(value, bool) or not isinstance(value, (int, float)):

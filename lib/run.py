@@ -106,11 +106,10 @@ class Run:
                 if isinstance(v, (int, float)) and k != "epoch":
                     self.tb.add_scalar(k, v, record["epoch"])
             self.tb.flush()
-        left = epochs - record["epoch"]
+        eta_h = progress_mod.eta_hours(record, epochs)
         compiling = record.get("compile_seconds", 0.0)  # once per session, not per epoch
-        eta_h = left * (record["seconds"] - compiling) / 3600
         progress.set_postfix(loss=record.get("train_loss"), refresh=False)
-        line = progress_mod.epoch_line(record, epochs, format_hours(eta_h))
+        line = progress_mod.epoch_line(record, epochs, progress_mod.format_hours(eta_h))
         self.log(line + (f"  (compiling took {compiling:.0f} s, once)" if compiling else ""))
         self._warn_eta(eta_h, record["epoch"])
 
@@ -118,7 +117,8 @@ class Run:
         if self.eta_warned or self.session_hours is None or eta_h <= self.session_hours:
             return
         self.eta_warned = True
-        self.log(f"WARNING: the remaining {format_hours(eta_h)} exceed this platform's "
+        left = progress_mod.format_hours(eta_h)
+        self.log(f"WARNING: the remaining {left} exceed this platform's "
                  f"{self.session_hours:.0f} h session limit. Reduce EPOCHS, or keep going: "
                  "checkpoints are saved every epoch, so re-running the notebook after a "
                  f"disconnect resumes from epoch {done}.")
@@ -128,6 +128,3 @@ class Run:
             self.tb.close()
             self.tb = None
 
-
-def format_hours(h: float) -> str:
-    return f"{h * 60:.1f} min" if h < 1 else f"{h:.1f} h"

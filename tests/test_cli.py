@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from lib import cli
+from lib.metrics import read_jsonl
+from lib.progress import epoch_line
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ["-p", "SMOKE", "True", "-p", "SAMPLE_DATA", "True"]
@@ -160,8 +162,9 @@ def test_run_streams_epochs_and_ends_with_the_headline(tmp_path):
     lines = proc.stdout.splitlines()
     epochs = [line for line in lines if line.startswith("epoch ")]
     assert [e.split()[1] for e in epochs] == ["1/2", "2/2"], proc.stdout
-    assert all("train_loss" in e and "test_accuracy" in e and "ETA" in e for e in epochs)
-    assert epochs[-1].endswith("ETA 0s")
+    # the notebook's own row: one format for an epoch wherever it is watched
+    assert epochs == [epoch_line(r, 2) for r in read_jsonl(out / "metrics.jsonl")]
+    assert "  test_acc " in epochs[-1] and epochs[-1].endswith("samples/s  ETA 0.0 min")
     assert any(line.strip().startswith("test_accuracy ") and "after 2 epoch(s) on cpu" in line
                for line in lines), proc.stdout
     executed = out / "fashion_mnist.ipynb"

@@ -34,7 +34,7 @@ from lib.optim import (
     warmup_cosine,
 )
 from lib.plots import image_grid
-from lib.run import format_hours
+from lib.progress import format_hours
 from lib.session import Session
 from lib.study import GridCell, finish_run, plan_runs, read_marker, run_status
 from lib.train import Task
