@@ -48,8 +48,7 @@ lint: install
 
 demo: install
 	$(PY) build_notebooks.py
-	$(VENV)/bin/train-anywhere run fashion_mnist -p SAMPLE_DATA True -p SMOKE True -p EPOCHS 2 \
-	    -p DATA_DIR data --out demo
+	$(PY) -m lib.demo
 
 # The whole suite: lint, --check, unit and notebook tests, the XLA lane, the image lanes.
 test: test-main test-xla test-lanes

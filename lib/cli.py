@@ -188,12 +188,14 @@ def execute(notebook: Path, executed: Path, params: dict[str, Any],
 
     executed.parent.mkdir(parents=True, exist_ok=True)
     try:
-        # The kernel's own start-up warnings (its local TCP sockets) are not the project's
-        # and a user cannot act on them: only its errors reach the console.
+        # The kernel's own log is not the project's and a user cannot act on it: its start-up
+        # warning (local TCP sockets), and "KeyboardInterrupt caught in kernel" when
+        # jupyter_client's shutdown (which interrupts the kernel first) meets a message being
+        # handled. A cell's error still reaches the console, through papermill.
         papermill.execute_notebook(str(notebook), str(executed), parameters=params,
                                    cwd=str(ROOT), progress_bar=False, log_output=log_output,
                                    kernel_name="python3",
-                                   extra_arguments=["--IPKernelApp.log_level=ERROR"])
+                                   extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
     except PapermillExecutionError as exc:
         lines = [line for line in str(exc.evalue).strip().splitlines() if line.strip()]
         message = lines[-1] if lines else exc.ename

@@ -107,6 +107,14 @@ _HIDDEN = {"epoch", "lr", "seconds", "samples_per_s", "train_samples", "xla_comp
            "test_Fa_all"}  # MSHNet's secondary Fa: in metrics.jsonl and the results table
 
 
+def _column(item: tuple) -> int:
+    """Train before test, the loss first: however the record's keys were ordered (a record
+    read back from metrics.jsonl has them sorted)."""
+    key = item[0]
+    return (0 if key == "train_loss" else 1 if key.startswith("train_") else
+            2 if key == "test_loss" else 3)
+
+
 def _number(value: float) -> str:
     if value != value or value in (float("inf"), float("-inf")):  # nan, inf
         return str(value)
@@ -129,7 +137,7 @@ def epoch_line(record: dict, epochs: int, eta: str | None = None) -> str:
     a notebook's epoch and of `train-anywhere run`'s (the ETA from `record` unless given)."""
     eta = format_hours(eta_hours(record, epochs)) if eta is None else eta
     parts = [f"epoch {record['epoch']}/{epochs}"]
-    for key, value in record.items():
+    for key, value in sorted(record.items(), key=_column):
         if key in _HIDDEN or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         split, _, name = key.partition("_")

@@ -194,3 +194,21 @@ def test_run_shows_the_notebooks_error_as_one_line(tmp_path):
     assert len(err) == 1, proc.stderr
     assert err[0].startswith("error: ") and 'DEVICE="cuda"' in err[0]
     assert "Traceback" not in proc.stderr and str(tmp_path / "o" / "fashion_mnist.ipynb") in err[0]
+
+
+def test_make_demo_runs_the_sample_into_its_own_folder(monkeypatch, tmp_path):
+    """`make demo` is `python -m lib.demo`: the sample run in demo/sample, never in the folder
+    of a real-data run (demo/real), which would be refused as a changed experiment."""
+    dry = subprocess.run(["make", "-n", "demo", "VENV=/nonexistent-venv"], cwd=cli.ROOT,
+                         capture_output=True, text=True)
+    assert "-m lib.demo" in dry.stdout.splitlines()[-1], dry.stdout
+    from lib import demo
+
+    calls = []
+    monkeypatch.setattr(demo, "cli_main", lambda argv: calls.append(argv) or 0)
+    demo.main(["--out", str(tmp_path)])
+    demo.main(["--out", str(tmp_path), "--real", "--epochs", "14"])
+    (sample, real) = calls
+    assert sample[-1] == str(tmp_path / "sample") and real[-1] == str(tmp_path / "real")
+    assert " ".join(sample).count("True") == 2 and "True" not in real
+    assert real[real.index("EPOCHS") + 1] == "14"
