@@ -8,6 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
+from lib.data.samples import NOTE as SAMPLE_NOTE
+
 # metric -> (y-axis label with its unit, factor from the recorded value to that unit)
 AXES = {
     "loss": ("loss", 1.0),
@@ -18,7 +20,6 @@ AXES = {
     "Pd": ("Pd, targets found (%)", 1.0),
     "Fa": ("Fa, false-alarm pixels (x1e-6)", 1.0),
 }
-SAMPLE_NOTE = "synthetic sample"
 
 
 def titled(title: str, sample: bool) -> str:

@@ -112,8 +112,9 @@ def _number(value: float) -> str:
     return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
 
 
-def epoch_line(record: dict, epochs: int, eta: str) -> str:
-    """`epoch 3/14  train_loss 0.412  test_acc 0.871  705 samples/s  ETA 4.1 min`."""
+def epoch_line(record: dict, epochs: int, eta: str, note: str | None = None) -> str:
+    """`epoch 3/14  train_loss 0.412  test_acc 0.871  705 samples/s  ETA 4.1 min`; a `note`
+    (e.g. `synthetic sample`) follows the numbers in brackets."""
     parts = [f"epoch {record['epoch']}/{epochs}"]
     for key, value in record.items():
         if key in _HIDDEN or isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -121,6 +122,8 @@ def epoch_line(record: dict, epochs: int, eta: str) -> str:
         split, _, name = key.partition("_")
         label = f"{split}_{_SHORT.get(name, name)}" if split in ("train", "test") else key
         parts.append(f"{label} {_number(float(value))}")
+    if note:
+        parts.append(f"({note})")
     if "samples_per_s" in record:
         parts.append(f"{record['samples_per_s']:.0f} samples/s")
     parts.append(f"ETA {eta}")

@@ -50,7 +50,8 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
     rows = epoch_lines(nb)
     assert len(rows) == 2 and rows[-1].startswith("epoch 2/2  train_loss ")
     assert f"test_acc {history[-1]['test_accuracy']:.4g}" in rows[-1], rows
-    assert "samples/s  ETA " in rows[-1] and "{" not in rows[-1], rows
+    assert "  (synthetic sample)  " in rows[-1] and "samples/s  ETA " in rows[-1], rows
+    assert "{" not in rows[-1], rows
     table = markdown_outputs(nb)
     assert f"| last epoch (2) | {100 * history[-1]['test_accuracy']:.2f} | synthetic sample |" \
         in table, table

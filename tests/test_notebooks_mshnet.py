@@ -66,12 +66,15 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
 
 
 def test_the_sample_is_learned_far_beyond_chance(tmp_path):
-    """32 warm-up steps of 8 images. Predicting every pixel scores mIoU ~0.15; the test mIoU
-    stays there while BatchNorm's running statistics catch up (~16 steps), then jumps."""
+    """32 warm-up steps of 8 images. Predicting every pixel scores mIoU ~0.1; the test mIoU
+    stays there while BatchNorm's running statistics catch up (~16 steps), then rises, far
+    from its ceiling of 100: the targets are dim and clutter as bright as they are is not
+    target (a brightness threshold scores ~40, tests/test_irstd_data.py)."""
     execute("mshnet", "local_mps", tmp_path, DATA_DIR=str(tmp_path / "data"),
             OUT_DIR=str(tmp_path / "run"), SMOKE=True, SAMPLE_DATA=True, EPOCHS=8,
             WARM_EPOCHS=8, SMOKE_BATCHES=4, BATCH_SIZE=8, DATASET="NUDT-SIRST")
     history = check_run(tmp_path / "run", epochs=8)
-    assert best_record(history)["test_mIoU"] > 10, [r["test_mIoU"] for r in history]
+    miou = [r["test_mIoU"] for r in history]
+    assert miou[0] < 5 and 10 < max(miou) < 80, miou
     assert "| mIoU (%) |" in (tmp_path / "run" / "results.md").read_text()
     assert "80.55" in (tmp_path / "run" / "results.md").read_text()  # the NUDT-SIRST row
