@@ -13,6 +13,7 @@ from tests.notebook_run import (
     check_clean_outputs,
     epoch_lines,
     execute,
+    figure_titles,
     markdown_outputs,
     stream_text,
 )
@@ -31,7 +32,10 @@ def check_run(out_dir, epochs=2):
     model = CNN(CNNConfig(**state["model_config"]))
     model.load_state_dict(state["model"])
     assert list((out_dir / "tb").glob("events.out.tfevents.*"))
-    assert (out_dir / "curves.png").stat().st_size > 0
+    titles = figure_titles(out_dir)  # every run here is on the sample, and says so
+    assert titles["curves.png"] == "Fashion-MNIST CNN (synthetic sample)", titles
+    assert set(titles) == {"curves.png", "confusion.png"}, titles
+    assert titles["confusion.png"].endswith("test set (synthetic sample)"), titles
     return history
 
 

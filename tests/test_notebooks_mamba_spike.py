@@ -7,7 +7,14 @@ import torch
 
 from lib.metrics import read_jsonl
 from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig
-from tests.notebook_run import check_clean_outputs, execute, markdown_outputs, stream_text
+from tests.notebook_run import (
+    check_clean_outputs,
+    epoch_lines,
+    execute,
+    figure_titles,
+    markdown_outputs,
+    stream_text,
+)
 
 pytestmark = pytest.mark.notebook
 
@@ -80,6 +87,11 @@ def test_notebook_trains_on_the_cpu(platform, dataset, tmp_path):
     table = (tmp_path / "run" / "results.md").read_text()
     assert table.strip() in markdown_outputs(nb)  # rendered as a table, not printed
     assert "| | this run (synthetic sample) |" in table
+    # every number and figure made from the sample says so
+    assert all("  (synthetic sample)  " in row for row in epoch_lines(nb)), epoch_lines(nb)
+    titles = figure_titles(tmp_path / "run")
+    assert set(titles) == set(FIGURES), titles
+    assert all(t.endswith("(synthetic sample)") for t in titles.values()), titles
     check_clean_outputs(nb)
     best = max(history, key=lambda r: (r["test_accuracy"], -r["epoch"]))
     assert f"best checkpoint: epoch {best['epoch']} of 2" in text

@@ -7,7 +7,14 @@ import torch
 
 from lib.metrics import read_jsonl
 from lib.models.mshnet import MSHNet, MSHNetConfig
-from tests.notebook_run import check_clean_outputs, execute, markdown_outputs, stream_text
+from tests.notebook_run import (
+    check_clean_outputs,
+    epoch_lines,
+    execute,
+    figure_titles,
+    markdown_outputs,
+    stream_text,
+)
 
 pytestmark = pytest.mark.notebook
 # One warm-up epoch (WARM_EPOCHS=0: the official loop warms up while epoch <= 0) then one SLS
@@ -54,6 +61,12 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
     assert f"best checkpoint: epoch {best['epoch']} of 2" in text
     table = (tmp_path / "run" / "results.md").read_text()
     assert table.strip() in markdown_outputs(nb)  # rendered as a table, not printed
+    assert table.startswith("| | this run (synthetic sample) |")
+    # every number and figure made from the sample says so
+    assert all("  (synthetic sample)  " in row for row in epoch_lines(nb)), epoch_lines(nb)
+    titles = figure_titles(tmp_path / "run")
+    assert set(titles) == {"curves.png", "predictions.png"}, titles
+    assert all(t.endswith("(synthetic sample)") for t in titles.values()), titles
     check_clean_outputs(nb)
     assert f"| mIoU (%) | {best['test_mIoU']:.2f} | 67.16 |" in table
     assert f"| Fa (x1e-6) | {best['test_Fa']:.2f} | 15.03 |" in table
