@@ -82,7 +82,9 @@ def image_grid(images, titles: list[str], path: Path | None = None, cols: int = 
     the images come from the synthetic sample)."""
     n = len(images)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(1.6 * cols, 1.8 * rows), squeeze=False)
+    heading = 0.3 if title or sample else 0.0  # room for the figure title
+    fig, axes = plt.subplots(rows, cols, figsize=(1.6 * cols, 1.8 * rows + heading),
+                             squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for ax, img, name in zip(axes.flat, images, titles, strict=False):

@@ -8,7 +8,7 @@
   `dv-processing`, read by tonic through the `aedat` package); 128x128 sensor.
 
 Each recording is mostly a dense blob of events near a class-specific place on a ring, drifting
-a little, mixed with a weaker blob of another class and a distractor (`blob_events`):
+a little, mixed with a blob of another class and a distractor (`blob_events`):
 learnable, not trivial, and dense enough that tonic's Denoise(10 ms) keeps most of it. Writers
 are deterministic, write a dataset again unless it carries the current generator's marker
 (`lib.data.samples`), and return the `save_to` folder to hand to the tonic class.
@@ -34,8 +34,8 @@ def _blob(rng: np.random.Generator, position: float, n_classes: int, size: int,
     drifting along it; radius, size and place jittered per recording."""
     angle = 2 * math.pi * position / n_classes
     direction = np.array([math.cos(angle), math.sin(angle)])
-    centre = size / 2 + 0.3 * size * rng.uniform(0.75, 1.1) * direction
-    centre = centre + rng.uniform(-0.04, 0.04, 2) * size
+    centre = size / 2 + 0.3 * size * rng.uniform(0.85, 1.1) * direction
+    centre = centre + rng.uniform(-0.02, 0.02, 2) * size
     t = rng.integers(0, duration_us, n)
     drift = 0.05 * size * np.array([math.sin(angle), -math.cos(angle)])  # along the ring
     path = centre + np.outer(t / duration_us - 0.5, drift)
@@ -46,20 +46,20 @@ def _blob(rng: np.random.Generator, position: float, n_classes: int, size: int,
 
 def blob_events(rng: np.random.Generator, label: int, n_classes: int, size: int,
                 duration_us: int, n_events: int) -> dict[str, np.ndarray]:
-    """Events (x, y, t in us sorted, p in {0, 1}) of one class-`label` recording, about
-    `n_events` of them on a size^2 sensor.
+    """`n_events` events (x, y, t in us sorted, p in {0, 1}) of one class-`label` recording
+    on a size^2 sensor.
 
-    Most events form a blob near the class's place on a ring (up to 0.3 of a class step
-    away), the rest a weaker blob of another class and a distractor anywhere on the ring;
-    the polarity share says nothing about the class. Learnable (the strongest blob), not
-    trivial (neighbouring classes overlap, and the mixtures mislead a template match).
+    40-70% of the events form a blob near the class's place on a ring (up to 0.4 of a class
+    step away), the rest a blob of another class (now and then the stronger one) and a
+    distractor anywhere on the ring; the polarity share says nothing about the class.
+    Learnable (mostly the strongest blob), not trivial (neighbouring classes overlap, and the
+    mixtures mislead a template match).
     """
-    n_events = int(n_events * rng.uniform(0.7, 1.3))
-    own = rng.uniform(0.5, 0.8)
-    other = rng.uniform(0.0, 0.9) * (1 - own)
+    own = rng.uniform(0.4, 0.7)
+    other = rng.uniform(0.3, 0.9) * (1 - own)
     counts = rng.multinomial(n_events, [own, other, 1 - own - other])
-    positions = (label + rng.uniform(-0.3, 0.3),
-                 (label + rng.integers(1, n_classes)) % n_classes + rng.uniform(-0.3, 0.3),
+    positions = (label + rng.uniform(-0.4, 0.4),
+                 (label + rng.integers(1, n_classes)) % n_classes + rng.uniform(-0.4, 0.4),
                  rng.uniform(0, n_classes))
     parts = [_blob(rng, pos, n_classes, size, duration_us, int(n))
              for pos, n in zip(positions, counts, strict=True)]
@@ -99,7 +99,7 @@ def _versioned(folder_name: str):
 @_versioned("NMNIST")
 def write_nmnist_sample(root: Path, n_train: int = 4, n_test: int = 2, seed: int = 0,
                         n_events: int = 1500) -> None:
-    """`n_train` / `n_test` recordings per digit, 300 ms and about `n_events` each."""
+    """`n_train` / `n_test` recordings per digit, 300 ms and `n_events` each."""
     rng = np.random.default_rng(seed)
     for folder, n in (("Train", n_train), ("Test", n_test)):
         for digit in range(10):
