@@ -98,8 +98,8 @@ def _versioned(folder_name: str):
 
 @_versioned("NMNIST")
 def write_nmnist_sample(root: Path, n_train: int = 4, n_test: int = 2, seed: int = 0,
-                        n_events: int = 1500) -> None:
-    """`n_train` / `n_test` recordings per digit, 300 ms and `n_events` each."""
+                        n_events: int = 1500):
+    """`n_train` / `n_test` recordings per digit, 300 ms and `n_events` each; returns root."""
     rng = np.random.default_rng(seed)
     for folder, n in (("Train", n_train), ("Test", n_test)):
         for digit in range(10):
@@ -111,8 +111,8 @@ def write_nmnist_sample(root: Path, n_train: int = 4, n_test: int = 2, seed: int
 
 @_versioned("DVSGesture")
 def write_dvsgesture_sample(root: Path, n_train_users: int = 3, n_test_users: int = 1,
-                            seed: int = 0) -> None:
-    """One 1.5 s recording of each of the 11 gestures per user folder."""
+                            seed: int = 0):
+    """One 1.5 s recording of each of the 11 gestures per user folder; returns root."""
     rng = np.random.default_rng(seed)
     users = {"ibmGestureTrain": range(1, n_train_users + 1),
              "ibmGestureTest": range(24, 24 + n_test_users)}  # the real test users are 24-29
@@ -129,8 +129,8 @@ def write_dvsgesture_sample(root: Path, n_train_users: int = 3, n_test_users: in
 
 
 @_versioned("CIFAR10DVS")
-def write_cifar10dvs_sample(root: Path, n_per_class: int = 6, seed: int = 0) -> None:
-    """`n_per_class` 1 s recordings per class as AEDAT 4 files.
+def write_cifar10dvs_sample(root: Path, n_per_class: int = 6, seed: int = 0):
+    """`n_per_class` 1 s recordings per class as AEDAT 4 files; returns root.
 
     Needs `dv-processing` (a test/dev dependency: `pip install dv-processing`).
     """

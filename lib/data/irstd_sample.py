@@ -101,7 +101,7 @@ def write_irstd_sample(root: str | Path, n_train: int = 32, n_test: int = 16, si
         image, mask = sample_pair(rng, size)
         Image.fromarray(image).save(root / image_dir / f"{name}.png")
         Image.fromarray(mask).save(root / mask_dir / f"{name}.png")
-    # split files last: their presence marks a complete sample
+    # split files and the marker last: together they mark a complete sample
     (root / train_split).write_text("\n".join(names[:n_train]) + "\n")
     (root / test_split).write_text("\n".join(names[n_train:]) + "\n")
     samples.mark(root, "irstd")
