@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lib.data.samples import NOTE as SAMPLE_NOTE
 from lib.progress import epoch_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,9 +213,11 @@ def fmt_duration(seconds: float) -> str:
 class Progress(threading.Thread):
     """Prints one line per new epoch record in any metrics.jsonl under `out_dir`."""
 
-    def __init__(self, out_dir: Path, epochs: int | None, stream=None, every: float = 0.5):
+    def __init__(self, out_dir: Path, epochs: int | None, stream=None, every: float = 0.5,
+                 note: str | None = None):
         super().__init__(daemon=True)
         self.out_dir, self.epochs, self.every = Path(out_dir), epochs, every
+        self.note = note  # as the notebook's rows: "synthetic sample" on the offline sample
         self.stream = stream or sys.stdout
         self.seen: dict[Path, int] = {}
         self.stop = threading.Event()
@@ -231,7 +234,7 @@ class Progress(threading.Thread):
             for record in records[self.seen.get(path, 0):]:
                 rel = path.parent.relative_to(self.out_dir)
                 label = "" if str(rel) == "." else f"{rel}: "
-                line = epoch_line(record, self.epochs or record.get("epoch", 0))
+                line = epoch_line(record, self.epochs or record.get("epoch", 0), note=self.note)
                 print(label + line, file=self.stream, flush=True)
             self.seen[path] = max(self.seen.get(path, 0), len(records))
 
@@ -304,7 +307,8 @@ def cmd_run(args) -> int:
     notebook = notebook_path(workload, platform)
     executed = out / f"{workload}.ipynb"
     print(f"{workload} on {platform}: {notebook.relative_to(ROOT)} -> {executed}", flush=True)
-    progress = Progress(out, getattr(cfg, "epochs", None))
+    progress = Progress(out, getattr(cfg, "epochs", None),
+                        note=SAMPLE_NOTE if getattr(cfg, "sample_data", False) else None)
     progress.start()
     t0 = time.perf_counter()
     try:

@@ -8,6 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
+from lib.data.samples import NOTE as SAMPLE_NOTE
+
 # metric -> (y-axis label with its unit, factor from the recorded value to that unit)
 AXES = {
     "loss": ("loss", 1.0),
@@ -18,12 +20,23 @@ AXES = {
     "Pd": ("Pd, targets found (%)", 1.0),
     "Fa": ("Fa, false-alarm pixels (x1e-6)", 1.0),
 }
-SAMPLE_NOTE = "synthetic sample"
 
 
 def titled(title: str, sample: bool) -> str:
     """`title`, marked as made from the synthetic sample when it is."""
     return f"{title} ({SAMPLE_NOTE})" if sample else title
+
+
+def figure_title(fig) -> str:
+    """The figure's title: its suptitle, else its first panel's title."""
+    return fig.get_suptitle() or next((ax.get_title() for ax in fig.axes if ax.get_title()), "")
+
+
+def save(fig, path: Path | None) -> None:
+    """Save `fig` as a PNG at `path` (if given) with its title in the PNG's Title field, so a
+    saved figure says what it shows, and whether it comes from the sample, on its own."""
+    if path is not None:
+        fig.savefig(path, dpi=100, metadata={"Title": figure_title(fig)})
 
 
 def _grid(n: int, cols: int = 3, width: float = 4.2, height: float = 3.3):
@@ -59,27 +72,30 @@ def training_curves(history: list[dict], path: Path | None = None,
             ax.legend(fontsize=8)
     fig.suptitle(titled(title or "training curves", sample))
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=100)
+    save(fig, path)
     return fig
 
 
 def image_grid(images, titles: list[str], path: Path | None = None, cols: int = 8,
-               cmap: str = "gray"):
-    """Show (N, C, H, W) images in a grid with one title each."""
+               cmap: str = "gray", title: str | None = None, sample: bool = False):
+    """Show (N, C, H, W) images in a grid with one title each, under `title` (marked when
+    the images come from the synthetic sample)."""
     n = len(images)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(1.6 * cols, 1.8 * rows), squeeze=False)
+    heading = 0.3 if title or sample else 0.0  # room for the figure title
+    fig, axes = plt.subplots(rows, cols, figsize=(1.6 * cols, 1.8 * rows + heading),
+                             squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
-    for ax, img, title in zip(axes.flat, images, titles, strict=False):
+    for ax, img, name in zip(axes.flat, images, titles, strict=False):
         img = img.detach().cpu()
         shown = img[0] if img.shape[0] == 1 else img.permute(1, 2, 0).clamp(0, 1)
         ax.imshow(shown.numpy(), cmap=cmap)  # numpy: matplotlib's copy=False would warn
-        ax.set_title(title, fontsize=8)
+        ax.set_title(name, fontsize=8)
+    if title or sample:
+        fig.suptitle(titled(title or "examples", sample), fontsize=10)
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=100)
+    save(fig, path)
     return fig
 
 
@@ -105,8 +121,7 @@ def confusion_matrix(matrix, classes, path: Path | None = None, title: str | Non
         ax.text(j, i, str(v), ha="center", va="center", fontsize=font,
                 color="white" if v > dark else "black")
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=100)
+    save(fig, path)
     return fig
 
 
@@ -130,6 +145,5 @@ def firing_rates(stats: dict, path: Path | None = None, sample: bool = False):
             ax.text(x, v, f"{v:.3f}", ha="center", va="bottom", fontsize=8)
     fig.suptitle(titled("Spiking front end on the test set", sample))
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=100)
+    save(fig, path)
     return fig

@@ -132,9 +132,11 @@ def format_hours(h: float) -> str:
     return f"{h * 60:.1f} min" if h < 1 else f"{h:.1f} h"
 
 
-def epoch_line(record: dict, epochs: int, eta: str | None = None) -> str:
+def epoch_line(record: dict, epochs: int, eta: str | None = None,
+               note: str | None = None) -> str:
     """`epoch 3/14  train_loss 0.412  test_acc 0.871  705 samples/s  ETA 4.1 min`: the row of
-    a notebook's epoch and of `train-anywhere run`'s (the ETA from `record` unless given)."""
+    a notebook's epoch and of `train-anywhere run`'s (the ETA from `record` unless given); a
+    `note` (e.g. `synthetic sample`) follows the numbers in brackets."""
     eta = format_hours(eta_hours(record, epochs)) if eta is None else eta
     parts = [f"epoch {record['epoch']}/{epochs}"]
     for key, value in sorted(record.items(), key=_column):
@@ -143,6 +145,8 @@ def epoch_line(record: dict, epochs: int, eta: str | None = None) -> str:
         split, _, name = key.partition("_")
         label = f"{split}_{_SHORT.get(name, name)}" if split in ("train", "test") else key
         parts.append(f"{label} {_number(float(value))}")
+    if note:
+        parts.append(f"({note})")
     if "samples_per_s" in record:
         parts.append(f"{record['samples_per_s']:.0f} samples/s")
     parts.append(f"ETA {eta}")

@@ -41,9 +41,10 @@ class Run:
     def __init__(self, out_dir: Path, workload: str, model_config: dict,
                  session_hours: float | None = None, main: bool = True,
                  tensorboard: bool = True, progress: bool = True,
-                 session: dict | None = None) -> None:
+                 session: dict | None = None, note: str | None = None) -> None:
         self.dir = check_writable(out_dir) if main else Path(out_dir)
         self.main, self.session_hours = main, session_hours
+        self.note = note  # shown after each epoch's numbers, e.g. "synthetic sample"
         self.metrics_path = self.dir / "metrics.jsonl"
         self.checkpoints = Checkpoints(self.dir / "checkpoints", workload, model_config,
                                        log=self.log)
@@ -109,7 +110,8 @@ class Run:
         eta_h = progress_mod.eta_hours(record, epochs)
         compiling = record.get("compile_seconds", 0.0)  # once per session, not per epoch
         progress.set_postfix(loss=record.get("train_loss"), refresh=False)
-        line = progress_mod.epoch_line(record, epochs, progress_mod.format_hours(eta_h))
+        line = progress_mod.epoch_line(record, epochs, progress_mod.format_hours(eta_h),
+                                       self.note)
         self.log(line + (f"  (compiling took {compiling:.0f} s, once)" if compiling else ""))
         self._warn_eta(eta_h, record["epoch"])
 

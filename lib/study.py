@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lib import atomic
+from lib.data.samples import NOTE
 from lib.optim import OPTIMIZERS
 
 MARKER = "DONE.json"
@@ -253,21 +254,25 @@ def _pm(mean: float, std: float, scale: float = 100.0) -> str:
     return f"{mean * scale:.2f}" if math.isnan(std) else f"{mean * scale:.2f} ± {std * scale:.2f}"
 
 
-def format_summary(summary: Sequence[dict]) -> str:
-    """A Markdown table: accuracies in percent, mean ± sample std over seeds."""
+def format_summary(summary: Sequence[dict], sample: bool = False) -> str:
+    """A Markdown table: accuracies in percent, mean ± sample std over seeds; with `sample`,
+    each dataset is named as the synthetic sample of it."""
     lines = ["| dataset | noise (realised) | optimizer | seeds | best test acc % | "
              "final test acc % | epochs | wall time / run |", "|---|---|---|---|---|---|---|---|"]
     for s in summary:
         noise = f"{s['noise_mode'][:3]} {s['label_noise']:g} ({s['realised_noise']:.3f})"
-        lines.append(f"| {s['dataset']} | {noise} | {s['optimizer']} | {s['n_seeds']} | "
+        dataset = f"{s['dataset']} ({NOTE})" if sample else s["dataset"]
+        lines.append(f"| {dataset} | {noise} | {s['optimizer']} | {s['n_seeds']} | "
                      f"{_pm(s['best_mean'], s['best_std'])} | "
                      f"{_pm(s['final_mean'], s['final_std'])} | {s['epochs']} | "
                      f"{s['wall_time_s'] / 60:.1f} min |")
     return "\n".join(lines)
 
 
-def write_summary(out_dir: Path, summary: Sequence[dict]) -> tuple[Path, Path]:
-    """OUT_DIR/summary.csv (numbers) and summary.md (the formatted table)."""
+def write_summary(out_dir: Path, summary: Sequence[dict], sample: bool = False
+                  ) -> tuple[Path, Path]:
+    """OUT_DIR/summary.csv (numbers) and summary.md (the formatted table, see
+    `format_summary`)."""
     out_dir = Path(out_dir)
     cols = list(summary[0]) if summary else ["optimizer"]
     buf = io.StringIO()
@@ -275,5 +280,5 @@ def write_summary(out_dir: Path, summary: Sequence[dict]) -> tuple[Path, Path]:
     writer.writeheader()
     writer.writerows({**s, "seeds": " ".join(map(str, s["seeds"]))} for s in summary)
     atomic.write_text(out_dir / "summary.csv", buf.getvalue())
-    atomic.write_text(out_dir / "summary.md", format_summary(summary) + "\n")
+    atomic.write_text(out_dir / "summary.md", format_summary(summary, sample) + "\n")
     return out_dir / "summary.csv", out_dir / "summary.md"

@@ -19,7 +19,7 @@ from matplotlib.ticker import MaxNLocator
 
 from lib.metrics import read_jsonl
 from lib.optim import OPTIMIZERS
-from lib.plots import titled
+from lib.plots import save, titled
 from lib.study import (
     collect_results,
     format_summary,
@@ -98,8 +98,7 @@ def plot_curves(out_dir: Path, rows: Sequence[dict],
             ax.legend(handles, labels, fontsize=8)
     fig.suptitle(titled("mean over seeds per optimizer", sample))
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=100)
+    save(fig, path)
     return fig
 
 
@@ -130,8 +129,7 @@ def plot_bars(summary: Sequence[dict], rows: Sequence[dict], path: Path | None =
                "whisker: ± 1 std over seeds", "dot: one seed"], fontsize=7,
               loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not on them
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=100)
+    save(fig, path)
     return fig
 
 
@@ -169,7 +167,7 @@ def report(out_dir: Path, dataset: str | None = None, noise_mode: str | None = N
                          f"({len(rows)} finished runs in all); run the grid first or point "
                          "OUT_DIR at the study's folder.")
     summary = summarise(rows)
-    csv_path, md_path = write_summary(out_dir, summary)
+    csv_path, md_path = write_summary(out_dir, summary, sample)
     partial = None in (dataset, noise_mode, label_noise)
     tag = "all" if partial else setting_tag(dataset, noise_mode, label_noise)
     paths = {"results": out_dir / "results.csv", "summary_csv": csv_path, "summary_md": md_path,
@@ -177,4 +175,4 @@ def report(out_dir: Path, dataset: str | None = None, noise_mode: str | None = N
     chosen_summary = [s for s in summary if _matches(s, dataset, noise_mode, label_noise)]
     figures = {"curves": plot_curves(out_dir, chosen, keys, paths["curves"], sample),
                "bars": plot_bars(chosen_summary, chosen, paths["bars"], sample)}
-    return StudyReport(chosen, summary, format_summary(summary), figures, paths)
+    return StudyReport(chosen, summary, format_summary(summary, sample), figures, paths)

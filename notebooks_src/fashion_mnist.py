@@ -56,7 +56,7 @@ from lib.plots import image_grid
 train_set, test_set, info = fashion.build_datasets(s.data_dir, cfg.sample_data)
 print(f"{info['train_size']} training and {info['test_size']} test images from {info['root']}"
       + (" (synthetic sample: garment-like shapes, not Fashion-MNIST)" if cfg.sample_data else ""))
-image_grid(*fashion.example_grid(train_set));
+image_grid(*fashion.example_grid(train_set), title="training images", sample=cfg.sample_data);
 
 # %% [markdown]
 # ## Training

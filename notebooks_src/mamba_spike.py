@@ -94,8 +94,8 @@ print(f"{info['name']}: {info['train_size']} training and {info['test_size']} te
       + (" (synthetic sample: moving blobs of events, not the real recordings)"
          if cfg.sample_data else ""))
 _, frames = mamba_spike.example_frames(train_set, info["classes"],
-                                       path=s.out_dir / "examples.png")
-mamba_spike.time_strip(frames, path=s.out_dir / "time_strip.png");
+                                       path=s.out_dir / "examples.png", sample=cfg.sample_data)
+mamba_spike.time_strip(frames, path=s.out_dir / "time_strip.png", sample=cfg.sample_data);
 
 # %% [markdown]
 # ## Training

@@ -78,7 +78,7 @@ train_set, test_set, info = mshnet.datasets(s, check=True)
 print(f"{info['dataset']}: {info['train_size']} training and {info['test_size']} test images "
       f"({info['layout']}) from {info['root']}; {info['base_size']} px, masks > "
       f"{info['mask_threshold']} are target")
-mshnet.example_grid(train_set);
+mshnet.example_grid(train_set, sample=cfg.sample_data);
 
 # %% [markdown]
 # ## Training
@@ -111,7 +111,8 @@ training_curves(history, s.out_dir / "curves.png", metrics=mshnet.CURVES,
 task, best = mshnet.load_best(s)
 _, test_loader = mshnet.loaders(s)
 scores = mshnet.evaluate_test(s, task, test_loader)
-mshnet.prediction_grid(task, test_set, s.device, path=s.out_dir / "predictions.png");
+mshnet.prediction_grid(task, test_set, s.device, path=s.out_dir / "predictions.png",
+                       sample=cfg.sample_data);
 
 # %%
 from IPython.display import Markdown, display

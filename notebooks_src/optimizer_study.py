@@ -73,7 +73,7 @@ train_set, test_set, info = optimizer_study.datasets(s)
 print(f"{info['name']}: {info['train_size']} training and {info['test_size']} test images "
       f"from {info['root']}; {info['noise_mode']} label noise {info['label_noise']:g} "
       f"(realised {info['realised_noise']:.4f} at seed {cfg.grid_seeds()[0]})")
-optimizer_study.noisy_examples(train_set, info["name"]);
+optimizer_study.noisy_examples(train_set, info["name"], sample=cfg.sample_data);
 
 # %% [markdown]
 # ## Training the grid

@@ -67,6 +67,18 @@ def epoch_lines(nb: nbformat.NotebookNode) -> list[str]:
     return [line for line in stream_text(nb).splitlines() if re.match(r"epoch \d+/\d+  ", line)]
 
 
+def figure_titles(folder: Path) -> dict[str, str]:
+    """name -> title of every PNG figure saved under `folder` (`lib.plots.save` writes the
+    title into the PNG's Title field)."""
+    from PIL import Image
+
+    titles = {}
+    for path in sorted(Path(folder).rglob("*.png")):
+        with Image.open(path) as image:
+            titles[path.name] = image.text.get("Title", "")
+    return titles
+
+
 def markdown_outputs(nb: nbformat.NotebookNode) -> str:
     """Every Markdown output (tables rendered with IPython.display.Markdown)."""
     return "\n".join(o["data"]["text/markdown"] for c in nb.cells if c.cell_type == "code"

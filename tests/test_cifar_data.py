@@ -161,18 +161,21 @@ def _stack(dataset):
     return torch.stack(x), torch.stack(y)
 
 
-@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
-def test_sample_classes_are_separable_after_augmentation(tmp_path, name, one_thread):
+@pytest.mark.parametrize(("name", "band"), [("cifar10", (0.25, 0.7)), ("cifar100", (0.05, 0.4))])
+def test_sample_beats_chance_but_no_class_template_solves_it(tmp_path, name, band, one_thread):
+    """Nearest class mean of the augmented training images: far above chance (0.1, 0.01),
+    far below 1 (the old sample, one pattern per class plus noise, scored 1.0)."""
     torch.manual_seed(0)
     train, test, info = cifar_datasets(name, tmp_path, True)
     x, y = _stack(train)  # augmented: random crops and flips
     means = torch.stack([x[y == k].mean(0) for k in range(info["num_classes"])]).flatten(1)
     xt, yt = _stack(test)
     accuracy = (torch.cdist(xt.flatten(1), means).argmin(1) == yt).float().mean().item()
-    assert accuracy >= 0.8  # chance: 0.1 and 0.01
+    assert band[0] < accuracy < band[1]
 
 
-def test_cifar10_sample_is_learnt_by_a_small_cnn(tmp_path, one_thread):
+def test_cifar10_sample_is_learnt_gradually_by_a_small_cnn(tmp_path, one_thread):
+    """Below 0.5 after one epoch, clearly better after five: learnable, not trivial."""
     torch.manual_seed(0)
     train, test, _ = cifar_datasets("cifar10", tmp_path, True)
     net = nn.Sequential(
@@ -181,15 +184,17 @@ def test_cifar10_sample_is_learnt_by_a_small_cnn(tmp_path, one_thread):
         nn.Linear(128, 10))
     opt = torch.optim.Adam(net.parameters(), 3e-3)
     loader = torch.utils.data.DataLoader(train, batch_size=64, shuffle=True)
-    for _ in range(3):
+    x_test, y_test = _stack(test)
+    accuracy = []
+    for _ in range(5):
         for x, y in loader:
             loss = nn.functional.cross_entropy(net(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
-    x, y = _stack(test)
-    with torch.no_grad():
-        assert (net(x).argmax(1) == y).float().mean().item() >= 0.8
+        with torch.no_grad():
+            accuracy.append((net(x_test).argmax(1) == y_test).float().mean().item())
+    assert 0.15 < accuracy[0] < 0.5 and accuracy[-1] > accuracy[0] + 0.1, accuracy
 
 
 def test_user_errors_name_the_value(tmp_path):

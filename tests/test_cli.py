@@ -163,7 +163,8 @@ def test_run_streams_epochs_and_ends_with_the_headline(tmp_path):
     epochs = [line for line in lines if line.startswith("epoch ")]
     assert [e.split()[1] for e in epochs] == ["1/2", "2/2"], proc.stdout
     # the notebook's own row: one format for an epoch wherever it is watched
-    assert epochs == [epoch_line(r, 2) for r in read_jsonl(out / "metrics.jsonl")]
+    assert epochs == [epoch_line(r, 2, note="synthetic sample")
+                      for r in read_jsonl(out / "metrics.jsonl")]
     assert "  test_acc " in epochs[-1] and epochs[-1].endswith("samples/s  ETA 0.0 min")
     assert any(line.strip().startswith("test_accuracy ") and "after 2 epoch(s) on cpu" in line
                for line in lines), proc.stdout

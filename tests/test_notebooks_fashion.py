@@ -13,6 +13,7 @@ from tests.notebook_run import (
     check_clean_outputs,
     epoch_lines,
     execute,
+    figure_titles,
     markdown_outputs,
     stream_text,
 )
@@ -31,7 +32,10 @@ def check_run(out_dir, epochs=2):
     model = CNN(CNNConfig(**state["model_config"]))
     model.load_state_dict(state["model"])
     assert list((out_dir / "tb").glob("events.out.tfevents.*"))
-    assert (out_dir / "curves.png").stat().st_size > 0
+    titles = figure_titles(out_dir)  # every run here is on the sample, and says so
+    assert titles["curves.png"] == "Fashion-MNIST CNN (synthetic sample)", titles
+    assert set(titles) == {"curves.png", "confusion.png"}, titles
+    assert titles["confusion.png"].endswith("test set (synthetic sample)"), titles
     return history
 
 
@@ -50,7 +54,8 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
     rows = epoch_lines(nb)
     assert len(rows) == 2 and rows[-1].startswith("epoch 2/2  train_loss ")
     assert f"test_acc {history[-1]['test_accuracy']:.4g}" in rows[-1], rows
-    assert "samples/s  ETA " in rows[-1] and "{" not in rows[-1], rows
+    assert "  (synthetic sample)  " in rows[-1] and "samples/s  ETA " in rows[-1], rows
+    assert "{" not in rows[-1], rows
     table = markdown_outputs(nb)
     assert f"| last epoch (2) | {100 * history[-1]['test_accuracy']:.2f} | synthetic sample |" \
         in table, table

@@ -7,7 +7,14 @@ import torch
 
 from lib.metrics import read_jsonl
 from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig
-from tests.notebook_run import check_clean_outputs, execute, markdown_outputs, stream_text
+from tests.notebook_run import (
+    check_clean_outputs,
+    epoch_lines,
+    execute,
+    figure_titles,
+    markdown_outputs,
+    stream_text,
+)
 
 pytestmark = pytest.mark.notebook
 
@@ -80,6 +87,11 @@ def test_notebook_trains_on_the_cpu(platform, dataset, tmp_path):
     table = (tmp_path / "run" / "results.md").read_text()
     assert table.strip() in markdown_outputs(nb)  # rendered as a table, not printed
     assert "| | this run (synthetic sample) |" in table
+    # every number and figure made from the sample says so
+    assert all("  (synthetic sample)  " in row for row in epoch_lines(nb)), epoch_lines(nb)
+    titles = figure_titles(tmp_path / "run")
+    assert set(titles) == set(FIGURES), titles
+    assert all(t.endswith("(synthetic sample)") for t in titles.values()), titles
     check_clean_outputs(nb)
     best = max(history, key=lambda r: (r["test_accuracy"], -r["epoch"]))
     assert f"best checkpoint: epoch {best['epoch']} of 2" in text
@@ -97,12 +109,15 @@ def test_notebook_trains_on_the_cpu(platform, dataset, tmp_path):
 
 
 def test_the_sample_is_learned_and_a_rerun_only_reads(tmp_path):
-    """N-MNIST sample, 6 epochs of the whole training set (chance is 10%); running the
-    notebook again frames nothing (the cache is warm) and leaves the finished run alone."""
+    """N-MNIST sample, 6 epochs of the whole training set (chance is 10%): learned gradually,
+    not after one epoch (the old sample scored 1.0 by the third); running the notebook again
+    frames nothing (the cache is warm) and leaves the finished run alone."""
     changes = dict(EPOCHS=6, SMOKE_BATCHES=10, D_MODEL=32)
     run("local_mps", "nmnist", tmp_path, **changes)
     history = check_run(tmp_path / "run", epochs=6)
-    assert max(r["test_accuracy"] for r in history) >= 0.5, [r["test_accuracy"] for r in history]
+    accuracy = [r["test_accuracy"] for r in history]
+    assert accuracy[0] < 0.5 and max(accuracy) >= 0.5, accuracy
+    assert accuracy[-1] >= accuracy[0] + 0.2 and max(accuracy) < 1.0, accuracy
     text = stream_text(run("local_mps", "nmnist", tmp_path, **changes))
     assert "; 0 recordings framed into" in text
     assert "nothing to do: the checkpoint has 6 of 6 epochs" in text

@@ -7,7 +7,14 @@ import torch
 
 from lib.metrics import read_jsonl
 from lib.models.mshnet import MSHNet, MSHNetConfig
-from tests.notebook_run import check_clean_outputs, execute, markdown_outputs, stream_text
+from tests.notebook_run import (
+    check_clean_outputs,
+    epoch_lines,
+    execute,
+    figure_titles,
+    markdown_outputs,
+    stream_text,
+)
 
 pytestmark = pytest.mark.notebook
 # One warm-up epoch (WARM_EPOCHS=0: the official loop warms up while epoch <= 0) then one SLS
@@ -54,6 +61,12 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
     assert f"best checkpoint: epoch {best['epoch']} of 2" in text
     table = (tmp_path / "run" / "results.md").read_text()
     assert table.strip() in markdown_outputs(nb)  # rendered as a table, not printed
+    assert table.startswith("| | this run (synthetic sample) |")
+    # every number and figure made from the sample says so
+    assert all("  (synthetic sample)  " in row for row in epoch_lines(nb)), epoch_lines(nb)
+    titles = figure_titles(tmp_path / "run")
+    assert set(titles) == {"curves.png", "predictions.png"}, titles
+    assert all(t.endswith("(synthetic sample)") for t in titles.values()), titles
     check_clean_outputs(nb)
     assert f"| mIoU (%) | {best['test_mIoU']:.2f} | 67.16 |" in table
     assert f"| Fa (x1e-6) | {best['test_Fa']:.2f} | 15.03 |" in table
@@ -66,12 +79,15 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
 
 
 def test_the_sample_is_learned_far_beyond_chance(tmp_path):
-    """32 warm-up steps of 8 images. Predicting every pixel scores mIoU ~0.15; the test mIoU
-    stays there while BatchNorm's running statistics catch up (~16 steps), then jumps."""
+    """32 warm-up steps of 8 images. Predicting every pixel scores mIoU ~0.1; the test mIoU
+    stays there while BatchNorm's running statistics catch up (~16 steps), then rises, far
+    from its ceiling of 100: the targets are dim and clutter as bright as they are is not
+    target (a brightness threshold scores ~40, tests/test_irstd_data.py)."""
     execute("mshnet", "local_mps", tmp_path, DATA_DIR=str(tmp_path / "data"),
             OUT_DIR=str(tmp_path / "run"), SMOKE=True, SAMPLE_DATA=True, EPOCHS=8,
             WARM_EPOCHS=8, SMOKE_BATCHES=4, BATCH_SIZE=8, DATASET="NUDT-SIRST")
     history = check_run(tmp_path / "run", epochs=8)
-    assert best_record(history)["test_mIoU"] > 10, [r["test_mIoU"] for r in history]
+    miou = [r["test_mIoU"] for r in history]
+    assert miou[0] < 5 and 10 < max(miou) < 80, miou
     assert "| mIoU (%) |" in (tmp_path / "run" / "results.md").read_text()
     assert "80.55" in (tmp_path / "run" / "results.md").read_text()  # the NUDT-SIRST row

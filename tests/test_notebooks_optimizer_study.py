@@ -9,7 +9,14 @@ import torch
 from lib.metrics import read_jsonl
 from lib.models.resnet import CifarResNet18, ResNetConfig
 from lib.study import read_results
-from tests.notebook_run import check_clean_outputs, execute, markdown_outputs, stream_text
+from tests.notebook_run import (
+    check_clean_outputs,
+    epoch_lines,
+    execute,
+    figure_titles,
+    markdown_outputs,
+    stream_text,
+)
 
 pytestmark = pytest.mark.notebook
 GRID = dict(OPTIMIZERS=["sgd", "lion"], SEEDS=[0, 1])
@@ -69,6 +76,15 @@ def test_study_notebook_runs_the_grid_on_the_cpu(platform, tmp_path):
     assert text.count(": training (lr ") == 4
     check_clean_outputs(nb, max_outputs=4 * len(RUNS))  # a few per run, none per epoch
     assert "**Synthetic sample**" in markdown_outputs(nb)
+    # every number and figure made from the sample says so: rows, table, figures
+    rows_shown = epoch_lines(nb)
+    assert len(rows_shown) == 8 and all("  (synthetic sample)  " in r for r in rows_shown)
+    summary = (tmp_path / "study" / "summary.md").read_text()
+    assert summary.strip() in markdown_outputs(nb)
+    assert summary.count("| cifar10 (synthetic sample) | sym 0.2") == 2, summary
+    titles = figure_titles(tmp_path / "study")
+    assert set(titles) == {"curves-cifar10-sym0.2.png", "bars-cifar10-sym0.2.png"}, titles
+    assert all(t.endswith("(synthetic sample)") for t in titles.values()), titles
     assert "study: 3 run(s) left, about" in text and "study: 0 run(s) left" in text
     assert {r["lr"] for r in rows if r["optimizer"] == "lion"} == {2e-4}
     for r in rows:

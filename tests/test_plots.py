@@ -6,9 +6,11 @@ matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
+from PIL import Image  # noqa: E402
 
-from lib.plots import confusion_matrix, training_curves  # noqa: E402
+from lib.plots import confusion_matrix, image_grid, save, training_curves  # noqa: E402
 
 HISTORY = [{"epoch": e, "train_loss": 1 / e, "test_loss": 1.2 / e, "test_accuracy": 0.5 + e / 20,
             "test_mIoU": 10.0 * e, "test_nIoU": 9.0 * e, "test_Pd": 50.0, "test_Fa": 8e5 / e}
@@ -53,3 +55,17 @@ def test_confusion_matrix_has_a_title_a_colour_bar_and_readable_cells():
     assert min(t.get_fontsize() for t in ax.texts) >= 8
     assert confusion_matrix(matrix, list("abc")).axes[0].get_title() == (
         "confusion matrix (112 test examples)")
+
+
+def test_image_grids_say_when_they_show_the_sample_and_saved_figures_keep_their_title(tmp_path):
+    images = torch.zeros(3, 1, 8, 8)
+    fig = image_grid(images, ["a", "b", "c"], cols=3, title="training images", sample=True)
+    assert fig.get_suptitle() == "training images (synthetic sample)"
+    assert [ax.get_title() for ax in fig.axes[:3]] == ["a", "b", "c"]
+    assert image_grid(images, ["a", "b", "c"], sample=True).get_suptitle() == (
+        "examples (synthetic sample)")
+    assert image_grid(images, ["a", "b", "c"]).get_suptitle() == ""
+    save(fig, tmp_path / "grid.png")  # the title travels with the file
+    assert Image.open(tmp_path / "grid.png").text["Title"] == "training images (synthetic sample)"
+    matrix = confusion_matrix(np.eye(2, dtype=int), ["a", "b"], tmp_path / "cm.png", sample=True)
+    assert Image.open(tmp_path / "cm.png").text["Title"] == matrix.axes[0].get_title()

@@ -21,6 +21,10 @@ def test_epoch_line_is_a_formatted_row():
     tiny = progress.epoch_line({"epoch": 1, "test_Fa": 0.0, "test_Fa_all": 3.0,
                                 "test_loss": 2e-5}, 2, "0.0 min")
     assert tiny == "epoch 1/2  test_loss 2.00e-05  test_Fa 0  ETA 0.0 min"
+    # a run on the offline sample says so beside its numbers
+    noted = progress.epoch_line({"epoch": 1, "test_accuracy": 0.5, "samples_per_s": 9.0}, 2,
+                                "0.0 min", note="synthetic sample")
+    assert noted == "epoch 1/2  test_acc 0.5  (synthetic sample)  9 samples/s  ETA 0.0 min"
 
 
 class _Stream:

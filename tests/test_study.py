@@ -138,6 +138,8 @@ def test_summary_is_mean_and_sample_std_over_seeds():
     table = format_summary(summary)
     assert "| sgd | 3 | 85.00 ± 5.00 | 84.00 ± 5.00 |" in table
     assert "| lion | 1 | 80.00 | 79.00 |" in table
+    assert "| cifar10 | sym 0.2" in table and "synthetic" not in table
+    assert format_summary(summary, sample=True).count("| cifar10 (synthetic sample) | sym") == 2
 
 
 def test_curve_band_is_mean_and_std_over_seeds():
@@ -168,8 +170,9 @@ def test_report_writes_results_summary_and_figures(tmp_path):
     bars = rep.figures["bars"].axes[0]
     assert "whisker: ± 1 std over seeds" in [t.get_text() for t in bars.get_legend().get_texts()]
     assert "synthetic" not in bars.get_title()
-    sample = report(tmp_path, "cifar10", "symmetric", 0.2, sample=True).figures
-    assert sample["bars"].axes[0].get_title().endswith("(synthetic sample)")
-    assert sample["curves"]._suptitle.get_text().endswith("(synthetic sample)")
+    sample = report(tmp_path, "cifar10", "symmetric", 0.2, sample=True)
+    assert sample.figures["bars"].axes[0].get_title().endswith("(synthetic sample)")
+    assert sample.figures["curves"].get_suptitle().endswith("(synthetic sample)")
+    assert "| cifar10 (synthetic sample) |" in (tmp_path / "summary.md").read_text()
     with pytest.raises(ValueError, match="no finished run"):
         report(tmp_path, "cifar100", "symmetric", 0.2)

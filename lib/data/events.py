@@ -29,6 +29,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, Subset, random_split
 
+from lib.data import samples
 from lib.errors import DataError, DataNotFound
 
 NAMES = ("nmnist", "dvsgesture", "cifar10dvs")
@@ -308,7 +309,9 @@ def build_datasets(name: str, data_dir: Path, *, sample: bool = False,
     tf = event_transform(name, n_time_bins=n_time_bins, dt_us=dt_us, downsample=downsample,
                          denoise_us=denoise_us)
     framing = f"bins{n_time_bins}" if dt_us is None else f"dt{dt_us}"
-    tag = f"{name}{'_sample' if sample else ''}_{framing}_ds{downsample}_dn{denoise_us or 0}"
+    # the sample's generator version: frames of an older sample are never read for a new one
+    source = f"_sample-v{samples.VERSIONS['events']}" if sample else ""
+    tag = f"{name}{source}_{framing}_ds{downsample}_dn{denoise_us or 0}"
     if name == "cifar10dvs":
         full = load_events(name, root, None, tf, sample=sample)
         cached = _cached(full, cache_dir, f"{tag}_all", fixed_t)

@@ -15,12 +15,12 @@ import torch
 from torchvision import datasets, transforms
 
 from lib import atomic
+from lib.data import samples
 from lib.errors import DataError, DataNotFound
 
 CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
            "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training-set pixel statistics
-SAMPLE_MARKER = ".synthetic-sample-v2"  # bump when the sample's generator changes
 _FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
@@ -84,7 +84,7 @@ def write_sample(root: Path, n_train: int = 640, n_test: int = 320, seed: int = 
     """Write (if absent) a small Fashion-MNIST in the real layout under `root`; return root."""
     raw = Path(root) / "FashionMNIST" / "raw"
     # The marker names the generator's version: a sample from an older one is rewritten.
-    if (raw / SAMPLE_MARKER).exists() and all((raw / name).exists() for name in _FILES):
+    if samples.is_current(raw, "fashion", _FILES):
         return Path(root)
     raw.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -93,7 +93,7 @@ def write_sample(root: Path, n_train: int = 640, n_test: int = 320, seed: int = 
         rng.shuffle(labels)
         write_idx(raw / f"{split}-images-idx3-ubyte", _sample_images(labels, rng))
         write_idx(raw / f"{split}-labels-idx1-ubyte", labels)
-    atomic.write_bytes(raw / SAMPLE_MARKER, b"synthetic Fashion-MNIST sample\n")
+    samples.mark(raw, "fashion")
     return Path(root)
 
 

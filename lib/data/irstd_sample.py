@@ -1,10 +1,13 @@
 """A small, learnable infrared small-target dataset written in the real IRSTD folder layouts.
 
-Grey PNG images of a smooth textured background with broad dim clutter and 1-3 small bright
-Gaussian targets (sigma 1-2.2 px, at least 12 px apart), and PNG masks of the pixels where a
-target reaches half its peak. Like some real IRSTD-1k masks, the masks are not strictly 0/255:
-the target core is 255, its outer half-peak pixels 200 and a faint ring 60, so the loader's
-``> 127`` binarisation is exercised on every sample.
+Grey PNG images of a smooth textured background, clutter as bright as the targets (compact
+blobs a little wider than any target, thin bright segments) and 1-3 small dim Gaussian targets
+(sigma 1-2 px, at least 12 px apart), and PNG masks of the pixels where a target reaches half
+its peak. A brightness threshold finds the clutter too; a network must learn the targets'
+size and shape. Like some real IRSTD-1k masks, the masks are not strictly 0/255: the target
+core is 255, its outer half-peak pixels 200 and a faint ring 60, so the loader's ``> 127``
+binarisation is exercised on every sample. A sample without the current generator's marker
+(`lib.data.samples`) is written again.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from lib.data import samples
 
 # layout name -> (image folder, mask folder, train split, test split), as published
 LAYOUTS = {
@@ -34,6 +39,17 @@ def _blob(size: int, cy: float, cx: float, sigma: float) -> np.ndarray:
     return np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * sigma**2))
 
 
+def _ridge(rng: np.random.Generator, size: int) -> np.ndarray:
+    """A thin bright segment at a random place and angle (an edge, a cable): as bright as a
+    target across, but long."""
+    cy, cx = rng.uniform(0, size, size=2)
+    angle, length, width = rng.uniform(0, np.pi), rng.uniform(12, 40), rng.uniform(0.8, 1.4)
+    yy, xx = np.mgrid[:size, :size]
+    across = (yy - cy) * np.cos(angle) - (xx - cx) * np.sin(angle)
+    along = (yy - cy) * np.sin(angle) + (xx - cx) * np.cos(angle)
+    return np.exp(-(across**2) / (2 * width**2)) / (1 + np.exp(4 * (np.abs(along) - length / 2)))
+
+
 def _centres(rng: np.random.Generator, size: int, n: int) -> list[tuple[float, float]]:
     """n target centres 8 px inside the border and at least 12 px apart."""
     centres: list[tuple[float, float]] = []
@@ -44,16 +60,25 @@ def _centres(rng: np.random.Generator, size: int, n: int) -> list[tuple[float, f
     return centres
 
 
+def _clutter(rng: np.random.Generator, size: int) -> np.ndarray:
+    """Bright things that are not targets, as bright as they are: compact blobs a little wider
+    than any target, and thin segments. A threshold on brightness alone mistakes them."""
+    clutter = np.zeros((size, size))
+    for _ in range(rng.integers(2, 6)):
+        cy, cx = rng.uniform(0, size, size=2)
+        clutter += rng.uniform(20, 60) * _blob(size, cy, cx, rng.uniform(2.6, 5.0))
+    for _ in range(rng.integers(1, 4)):
+        clutter += rng.uniform(20, 55) * _ridge(rng, size)
+    return clutter
+
+
 def sample_pair(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
     """One (image, mask) pair of uint8 (size, size) arrays; see the module docstring."""
-    image = _background(rng, size)
-    for _ in range(rng.integers(1, 3)):  # dim clutter, wider than any target
-        cy, cx = rng.uniform(0, size, size=2)
-        image += rng.uniform(20, 35) * _blob(size, cy, cx, rng.uniform(6, 10))
+    image = _background(rng, size) + _clutter(rng, size)
     peak = np.zeros((size, size))
     for cy, cx in _centres(rng, size, int(rng.integers(1, 4))):
-        target = _blob(size, cy, cx, rng.uniform(1.0, 2.2))
-        image += rng.uniform(90, 140) * target
+        target = _blob(size, cy, cx, rng.uniform(1.0, 2.0))
+        image += rng.uniform(60, 110) * target
         peak = np.maximum(peak, target)
     mask = np.select([peak > 0.7, peak > 0.5, peak > 0.3], [255, 200, 60], default=0)
     return np.clip(image, 0, 255).astype(np.uint8), mask.astype(np.uint8)
@@ -66,7 +91,7 @@ def write_irstd_sample(root: str | Path, n_train: int = 32, n_test: int = 16, si
         raise ValueError(f"layout={layout!r}; expected one of {sorted(LAYOUTS)}")
     root = Path(root)
     image_dir, mask_dir, train_split, test_split = LAYOUTS[layout]
-    if (root / train_split).exists() and (root / test_split).exists():
+    if samples.is_current(root, "irstd", (train_split, test_split)):  # else written again
         return root
     for folder in (image_dir, mask_dir, str(Path(train_split).parent)):
         (root / folder).mkdir(parents=True, exist_ok=True)
@@ -76,7 +101,8 @@ def write_irstd_sample(root: str | Path, n_train: int = 32, n_test: int = 16, si
         image, mask = sample_pair(rng, size)
         Image.fromarray(image).save(root / image_dir / f"{name}.png")
         Image.fromarray(mask).save(root / mask_dir / f"{name}.png")
-    # split files last: their presence marks a complete sample
+    # split files and the marker last: together they mark a complete sample
     (root / train_split).write_text("\n".join(names[:n_train]) + "\n")
     (root / test_split).write_text("\n".join(names[n_train:]) + "\n")
+    samples.mark(root, "irstd")
     return root

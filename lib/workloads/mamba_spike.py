@@ -310,9 +310,10 @@ def _picture(frames: torch.Tensor, start: int = 0, stop: int | None = None) -> t
     return torch.from_numpy(frame_picture(frames, start, stop)).permute(2, 0, 1)
 
 
-def example_frames(dataset, classes: list[str], n: int = 8, path: Path | None = None):
+def example_frames(dataset, classes: list[str], n: int = 8, path: Path | None = None,
+                   sample: bool = False):
     """Figure of the first recording of up to `n` classes, events summed over time (ON red,
-    OFF blue); returns (figure, first shown recording's frames)."""
+    OFF blue); returns (figure, first shown recording's frames). `sample` marks the title."""
     first: dict[int, int] = {}
     for i, label in enumerate(_labels(dataset)):
         first.setdefault(label, i)
@@ -320,18 +321,22 @@ def example_frames(dataset, classes: list[str], n: int = 8, path: Path | None = 
     frames = [dataset[i][0] for _, i in shown]
     fig = image_grid(torch.stack([_picture(f) for f in frames]),
                      [classes[label][:16] for label, _ in shown], _save_to(path),
-                     cols=min(len(shown), 8))
+                     cols=min(len(shown), 8), sample=sample,
+                     title="one recording per class, events summed over time (ON red, OFF blue)")
     return fig, frames[0]
 
 
-def time_strip(frames: torch.Tensor, n: int = 8, path: Path | None = None):
-    """Figure of one recording (T, 2, H, W) cut into `n` consecutive slices of frames."""
+def time_strip(frames: torch.Tensor, n: int = 8, path: Path | None = None,
+               sample: bool = False):
+    """Figure of one recording (T, 2, H, W) cut into `n` consecutive slices of frames;
+    `sample` marks the title."""
     t = frames.shape[0]
     n = min(n, t)
     slices = [(round(k * t / n), round((k + 1) * t / n)) for k in range(n)]
     pictures = torch.stack([_picture(frames, a, b) for a, b in slices])
     titles = [f"frame {a}" if b - a == 1 else f"frames {a}-{b - 1}" for a, b in slices]
-    return image_grid(pictures, titles, _save_to(path), cols=n)
+    return image_grid(pictures, titles, _save_to(path), cols=n, sample=sample,
+                      title="the first recording over time")
 
 
 @torch.no_grad()

@@ -180,26 +180,32 @@ def _overlays(x, y, logit) -> tuple[torch.Tensor, list[float]]:
     return rgb, iou.tolist()
 
 
-def example_grid(dataset, n: int = 8, seed: int = 0, path: Path | None = None):
+def example_grid(dataset, n: int = 8, seed: int = 0, path: Path | None = None,
+                 sample: bool = False):
     """Figure of `n` (augmented) samples, ground truth in green; drawn under its own seed so
-    showing them does not move the global RNG that initialises the model."""
+    showing them does not move the global RNG that initialises the model. `sample` marks the
+    title as the synthetic sample's."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         x, y = _first(dataset, n)
     rgb, _ = _overlays(x, y, torch.full_like(y, -1.0))
     titles = [f"{int(t.sum())} target px" for t in y]
-    return image_grid(rgb, titles, path, cols=min(n, 8))
+    return image_grid(rgb, titles, path, cols=min(n, 8), sample=sample,
+                      title="training images (augmented), targets in green")
 
 
 @torch.no_grad()
 def prediction_grid(task: Task, dataset, device: torch.device, n: int = 8,
-                    path: Path | None = None):
-    """Figure of the first `n` test images: truth green, prediction red, both yellow."""
+                    path: Path | None = None, sample: bool = False):
+    """Figure of the first `n` test images: truth green, prediction red, both yellow; `sample`
+    marks the title as the synthetic sample's."""
     x, y = _first(dataset, n)
     task.model.eval()
     logit = select_prediction(task.model(x.to(device)), task.loss_fn.warm).float().cpu()
     rgb, ious = _overlays(x, y, logit)
-    return image_grid(rgb, [f"IoU {v:.2f}" for v in ious], path, cols=min(n, 4))
+    return image_grid(rgb, [f"IoU {v:.2f}" for v in ious], path, cols=min(n, 4),
+                      title="test images: truth green, prediction red, both yellow",
+                      sample=sample)
 
 
 def results_table(scores: dict, dataset: str, sample: bool, deviations: list[str]) -> str:

@@ -230,13 +230,15 @@ def study_eta(run_seconds: list[float], runs_left: int, session_hours: float | N
     return line
 
 
-def noisy_examples(dataset, name: str, n: int = 16, path: Path | None = None):
+def noisy_examples(dataset, name: str, n: int = 16, path: Path | None = None,
+                   sample: bool = False):
     """The first `n` training images titled by their (noisy) label; a flipped one also
-    names its true class."""
+    names its true class. `sample` marks the title as the synthetic sample's."""
     images, labels = example_grid(dataset, name, n)
     titles = []
     for i, label in enumerate(labels):
         clean = dataset.classes[dataset.clean_targets[i]]
         titles.append(label[:12] if dataset.targets[i] == dataset.clean_targets[i]
                       else f"{label[:12]} (is {clean[:10]})")
-    return image_grid(images, titles, path)
+    return image_grid(images, titles, path, title="training images, noisy labels",
+                      sample=sample)
