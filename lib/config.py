@@ -184,13 +184,16 @@ class RunConfig:
         params = {k: v for k, v in self.to_dict().items() if k not in self.run_settings()}
         return {"workload": self.WORKLOAD, **params, "global_batch_size": global_batch}
 
+    SMOKE_SHRINKS = ""  # what else SMOKE makes smaller in a workload, e.g. its model
+
     def sample_and_smoke_deviations(self) -> list[str]:
         """The deviations from a paper's setup that every workload can have."""
         out = []
         if self.sample_data:
             out.append("SAMPLE_DATA = True (the offline sample, not the dataset)")
         if self.smoke:
-            out.append(f"SMOKE = True ({self.smoke_batches} batches per epoch)")
+            out.append(f"SMOKE = True ({self.smoke_batches} batches per epoch"
+                       f"{self.SMOKE_SHRINKS})")
         return out
 
     def experiments(self, global_batch: int) -> list[tuple[str, dict[str, Any]]]:

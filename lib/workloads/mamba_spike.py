@@ -76,6 +76,8 @@ class MambaSpikeRunConfig(RunConfig):
 
     WORKLOAD = "mamba_spike"
     SCHEDULE_SPANS_EPOCHS = True  # cosine annealing over all EPOCHS
+    SMOKE_SHRINKS = (f"; unless set, {SMOKE_TIME_BINS} frames and a small model: "
+                     + ", ".join(f"{k.upper()} {v}" for k, v in SMOKE_SIZES.items()))
 
     epochs: int = 100
     lr: float = 1e-3  # AdamW
@@ -227,7 +229,7 @@ class MambaSpikeRunConfig(RunConfig):
 
     def __str__(self) -> str:
         h, w = frame_hw(self.dataset, self.resolved_downsample())
-        t = self.frames() or f"variable ({self.dt_us} us bins)"
+        t = self.framing()["n_time_bins"] or self.fixed_t or f"variable ({self.dt_us} us bins)"
         found = self.deviations()
         return (super().__str__() + f"\n  frames: {t} x 2 x {h} x {w}; model: "
                 f"{parameter_count(self.model_config()) / 1e6:.2f} M parameters"
