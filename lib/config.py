@@ -184,7 +184,9 @@ class RunConfig:
         params = {k: v for k, v in self.to_dict().items() if k not in self.run_settings()}
         return {"workload": self.WORKLOAD, **params, "global_batch_size": global_batch}
 
-    SMOKE_SHRINKS = ""  # what else SMOKE makes smaller in a workload, e.g. its model
+    def smoke_shrinks(self) -> str:
+        """What else SMOKE makes smaller in this workload (e.g. its model), as `; ...`."""
+        return ""
 
     def sample_and_smoke_deviations(self) -> list[str]:
         """The deviations from a paper's setup that every workload can have."""
@@ -193,7 +195,7 @@ class RunConfig:
             out.append("SAMPLE_DATA = True (the offline sample, not the dataset)")
         if self.smoke:
             out.append(f"SMOKE = True ({self.smoke_batches} batches per epoch"
-                       f"{self.SMOKE_SHRINKS})")
+                       f"{self.smoke_shrinks()})")
         return out
 
     def experiments(self, global_batch: int) -> list[tuple[str, dict[str, Any]]]:

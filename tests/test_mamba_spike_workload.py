@@ -123,8 +123,8 @@ def test_the_official_settings_have_no_deviations_and_each_change_is_named():
                      "LR = 0.002 (official: 0.001)", "WEIGHT_DECAY = 0.0 (official: 0.0001)",
                      "CLIP_GRAD = None (official: 1.0)", "DENOISE_US = None (official: 10000)",
                      "batch 32 per device x 2 devices (official: 32 on one GPU)",
-                     "SMOKE = True (6 batches per epoch; unless set, 12 frames and a small "
-                     "model: D_MODEL 32, N_LAYERS 1, SPIKE_CHANNELS 16)"]
+                     "SMOKE = True (6 batches per epoch; 12 frames, D_MODEL 32, N_LAYERS 1, "
+                     "SPIKE_CHANNELS 16)"]
 
 
 def test_task_is_adamw_with_clipping_and_a_cosine_to_one_percent():
@@ -264,12 +264,13 @@ def test_smoke_is_a_short_sequence_and_a_small_model_unless_set(dataset):
     smoke = make(DATASET=dataset, SMOKE=True)
     assert smoke.framing()["n_time_bins"] == ms.SMOKE_TIME_BINS
     assert f"frames: {ms.SMOKE_TIME_BINS} x 2 x " in str(smoke)  # what the printout says
+    assert str(chosen := make(DATASET=dataset, SMOKE=True, N_TIME_BINS=40, D_MODEL=64)).endswith(
+        "SMOKE = True (6 batches per epoch; N_LAYERS 1, SPIKE_CHANNELS 16)")
     small = smoke.model_config()
     assert (small.d_model, small.n_layers, small.spike_channels) == (32, 1, 16)
     full = make(DATASET=dataset, SMOKE=False)
     assert full.framing()["n_time_bins"] == events.OFFICIAL_TIME_BINS[dataset]
     assert count_parameters(MambaSpike(full.model_config())) > 5 * count_parameters(
         MambaSpike(small))
-    chosen = make(DATASET=dataset, SMOKE=True, N_TIME_BINS=40, D_MODEL=64)
     assert chosen.framing()["n_time_bins"] == 40 and chosen.model_config().d_model == 64
     assert make(DATASET=dataset, SMOKE=True, DT_US=1000).framing()["n_time_bins"] is None

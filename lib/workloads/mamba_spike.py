@@ -76,8 +76,6 @@ class MambaSpikeRunConfig(RunConfig):
 
     WORKLOAD = "mamba_spike"
     SCHEDULE_SPANS_EPOCHS = True  # cosine annealing over all EPOCHS
-    SMOKE_SHRINKS = (f"; unless set, {SMOKE_TIME_BINS} frames and a small model: "
-                     + ", ".join(f"{k.upper()} {v}" for k, v in SMOKE_SIZES.items()))
 
     epochs: int = 100
     lr: float = 1e-3  # AdamW
@@ -130,6 +128,13 @@ class MambaSpikeRunConfig(RunConfig):
         if name in ("dt_us", "fixed_t"):
             return "off"
         return "the dataset's preset size"
+
+    def smoke_shrinks(self) -> str:
+        """SMOKE's own frame count and model sizes, where the parameters leave them unset."""
+        unset = self.n_time_bins is None and self.dt_us is None
+        parts = [f"{SMOKE_TIME_BINS} frames"] if unset else []
+        parts += [f"{k.upper()} {v}" for k, v in SMOKE_SIZES.items() if getattr(self, k) is None]
+        return "; " + ", ".join(parts) if parts else ""
 
     def framing(self) -> dict:
         """Keyword arguments of `event_datasets`, defaults resolved."""
