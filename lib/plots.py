@@ -23,8 +23,9 @@ AXES = {
 
 
 def titled(title: str, sample: bool) -> str:
-    """`title`, marked as made from the synthetic sample when it is."""
-    return f"{title} ({SAMPLE_NOTE})" if sample else title
+    """`title`, its first line marked as made from the synthetic sample when it is."""
+    first, *rest = title.split("\n")
+    return "\n".join([f"{first} ({SAMPLE_NOTE})" if sample else first, *rest])
 
 
 def figure_title(fig) -> str:
@@ -82,7 +83,7 @@ def image_grid(images, titles: list[str], path: Path | None = None, cols: int = 
     the images come from the synthetic sample)."""
     n = len(images)
     rows = (n + cols - 1) // cols
-    heading = 0.3 if title or sample else 0.0  # room for the figure title
+    heading = 0.3 * (title or "").count("\n") + (0.3 if title or sample else 0.0)
     fig, axes = plt.subplots(rows, cols, figsize=(1.6 * cols, 1.8 * rows + heading),
                              squeeze=False)
     for ax in axes.flat:

@@ -153,3 +153,9 @@ def test_prediction_grid_titles_each_image_with_its_iou():
     fig = prediction_grid(task, data, torch.device("cpu"))
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert titles == ["IoU 0.50", "IoU 1.00"]  # an empty image with no prediction is perfect
+    assert "not yet learnt" not in fig._suptitle.get_text()
+    # A model that marks every pixel (MSHNet before it learns the background) is said to be so.
+    task.model.forward = lambda x: (torch.ones(x.shape[0], 1, *x.shape[-2:]),) * 2
+    title = prediction_grid(task, data, torch.device("cpu"))._suptitle.get_text()
+    assert title.endswith("\n100% of pixels marked as target: the model has not yet learnt the "
+                          "background")

@@ -194,6 +194,9 @@ def example_grid(dataset, n: int = 8, seed: int = 0, path: Path | None = None,
                       title="training images (augmented), targets in green")
 
 
+UNTRAINED_SHARE = 0.5  # above this share of pixels marked as target, the grid says why
+
+
 @torch.no_grad()
 def prediction_grid(task: Task, dataset, device: torch.device, n: int = 8,
                     path: Path | None = None, sample: bool = False):
@@ -203,8 +206,12 @@ def prediction_grid(task: Task, dataset, device: torch.device, n: int = 8,
     task.model.eval()
     logit = select_prediction(task.model(x.to(device)), task.loss_fn.warm).float().cpu()
     rgb, ious = _overlays(x, y, logit)
-    return image_grid(rgb, [f"IoU {v:.2f}" for v in ious], path, cols=min(n, 4),
-                      title="test images: truth green, prediction red, both yellow",
+    title = "test images: truth green, prediction red, both yellow"
+    marked = (logit > 0).float().mean().item()
+    if marked > UNTRAINED_SHARE:  # an all-red grid would otherwise read as a bug
+        title += (f"\n{marked:.0%} of pixels marked as target: the model has not yet "
+                  "learnt the background")
+    return image_grid(rgb, [f"IoU {v:.2f}" for v in ious], path, cols=min(n, 4), title=title,
                       sample=sample)
 
 
