@@ -84,7 +84,7 @@ def test_study_notebook_runs_the_grid_on_the_cpu(platform, tmp_path):
     assert summary.count("| cifar10 (synthetic sample) | sym 0.2") == 2, summary
     titles = figure_titles(tmp_path / "study")
     assert set(titles) == {"curves-cifar10-sym0.2.png", "bars-cifar10-sym0.2.png"}, titles
-    assert all(t.endswith("(synthetic sample)") for t in titles.values()), titles
+    assert all(t.splitlines()[0].endswith("(synthetic sample)") for t in titles.values()), titles
     assert "study: 3 run(s) left, about" in text and "study: 0 run(s) left" in text
     assert {r["lr"] for r in rows if r["optimizer"] == "lion"} == {2e-4}
     for r in rows:
