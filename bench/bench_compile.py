@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=WORKLOADS)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--frames", type=int, default=20, help="Mamba-Spike's T")
+    parser.add_argument("--frames", type=int, default=20,
+                        help="Mamba-Spike's T (its compile time grows with T; N-MNIST's is 300)")
     parser.add_argument("--batch", type=int, default=None,
                         help="every workload's batch (default: the CPU sizes of `build`; on "
                              "CUDA the platform's batch sizes)")
