@@ -1,13 +1,15 @@
-"""torch.compile vs eager: each workload's training step on this CPU (`COMPILE = "auto"`'s table).
+"""torch.compile vs eager: each workload's training step, CPU or GPU (`COMPILE = "auto"`'s table).
 
 Run: ``python -m bench.bench_compile [--workloads fashion_mnist cifar10 ...]`` from the
-repository root (one process, CPU, one thread). For each workload, two copies of the same
-model (same weights, optimizer, batch): one eager, one compiled in place with
-`nn.Module.compile()` (what `lib.compile` does). The compiled copy's first step (tracing and
-code generation) is timed apart; then `repeats` rounds of `steps` steps each, eager and
-compiled in rotating order, and the speed-up is the median of the per-round ratios of
-steps/s. The loss of the first step of both copies is printed: compiled code computes the same
-thing, within float rounding.
+repository root (one process, CPU, one thread), or ``python -m bench.bench_compile --device
+cuda`` on a GPU runtime (Colab T4: the run's precision, fp16 with a GradScaler or bf16, and
+the platform's batch sizes). For each workload, two copies of the same model (same weights,
+optimizer, batch): one eager, one compiled in place with `nn.Module.compile()` (what
+`lib.compile` does), each stepped as `lib.train.Backend` steps a run (autocast, scaler). The
+compiled copy's first step (tracing and code generation) is timed apart; then `repeats`
+rounds of `steps` steps each, eager and compiled in rotating order, and the speed-up is the
+median of the per-round ratios of steps/s. The loss of the first step of both copies is
+printed: compiled code computes the same thing, within float rounding.
 """
 
 from __future__ import annotations
@@ -20,10 +22,14 @@ import time
 import torch
 import torch.nn.functional as F
 
+from bench.bench_gpu import _platform_for, _sync
 from bench.common import load_average, median
 from lib import compile
+from lib.device import DeviceChoice, choose_device
+from lib.train import Backend
 
 WORKLOADS = ("fashion_mnist", "cifar10", "mshnet", "mamba_spike")
+PLATFORM_KEY = {"cifar10": "optimizer_study"}  # the platform tables' name, where it differs
 
 
 def build(workload: str, batch: int | None = None, frames: int = 20):
@@ -65,52 +71,96 @@ def build(workload: str, batch: int | None = None, frames: int = 20):
     raise ValueError(f"unknown workload {workload!r}; expected one of {WORKLOADS}")
 
 
-def _step(model, opt, x, y, loss_fn) -> float:
-    loss = loss_fn(model(x), y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return float(loss.detach())
+def device_choice(device: str) -> DeviceChoice:
+    """The run's DeviceChoice for `device` ("cpu" or "cuda"): its precision, compile support."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device here; run this on a GPU "
+                         "runtime (e.g. Colab T4) or pass --device cpu.")
+    name = torch.cuda.get_device_name(0) if device == "cuda" else ""
+    choice = choose_device(device, _platform_for(name), environ={})
+    if not choice.compile_ok:
+        raise SystemExit(f"--device {device}: torch.compile cannot run here: "
+                         f"{choice.compile_note}; nothing to measure.")
+    return choice
 
 
-def _timed_steps(model, opt, x, y, loss_fn, steps: int) -> float:
+def default_batch(workload: str, choice: DeviceChoice) -> int | None:
+    """On a GPU the platform's batch size for the workload (None: `build`'s CPU default)."""
+    if choice.type != "cuda":
+        return None
+    platform = _platform_for(torch.cuda.get_device_name(0))
+    return platform.batch_size(PLATFORM_KEY.get(workload, workload))
+
+
+def _step(model, opt, x, y, loss_fn, backend: Backend) -> torch.Tensor:
+    """One training step as the loop takes it (autocast, scaler); the detached loss."""
+    with backend.autocast():
+        loss = loss_fn(model(x), y)
+    backend.backward_step(loss, model, opt, None)
+    return loss.detach()
+
+
+def _timed(fn, device: torch.device) -> tuple[object, float]:
+    """(fn(), seconds until `device` has finished it)."""
     t0 = time.perf_counter()
-    for _ in range(steps):
-        _step(model, opt, x, y, loss_fn)
-    return steps / (time.perf_counter() - t0)
+    out = fn()
+    _sync(device)
+    return out, time.perf_counter() - t0
+
+
+def _timed_steps(model, opt, x, y, loss_fn, backend: Backend, steps: int) -> float:
+    def run():
+        for _ in range(steps):
+            _step(model, opt, x, y, loss_fn, backend)
+
+    return steps / _timed(run, backend.device)[1]
+
+
+def _to(device: torch.device, *items):
+    return [i.to(device) if isinstance(i, torch.Tensor | torch.nn.Module) else i for i in items]
 
 
 def measure(workload: str, steps: int, repeats: int, batch: int | None = None,
-            frames: int = 20) -> dict:
+            frames: int = 20, choice: DeviceChoice | None = None) -> dict:
+    choice = choice or device_choice("cpu")
+    dev = choice.torch_device
     model, make_opt, x, y, loss_fn, label = build(workload, batch, frames)
+    model, x, y, loss_fn = _to(dev, model, x, y, loss_fn)
     compiled = compile.apply(copy.deepcopy(model), True)  # as a run compiles it
     eager_opt, compiled_opt = make_opt(model.parameters()), make_opt(compiled.parameters())
+    eager_bk, compiled_bk = Backend(choice), Backend(choice)  # a GradScaler each, as two runs
     model.train()
     compiled.train()
-    t0 = time.perf_counter()
-    eager_loss = _step(model, eager_opt, x, y, loss_fn)
-    eager_first = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    compiled_loss = _step(compiled, compiled_opt, x, y, loss_fn)
-    compile_s = time.perf_counter() - t0
-    _step(compiled, compiled_opt, x, y, loss_fn)  # a second step: any recompilation now
+    eager_loss, eager_first = _timed(lambda: _step(model, eager_opt, x, y, loss_fn, eager_bk),
+                                     dev)
+    compiled_loss, compile_s = _timed(
+        lambda: _step(compiled, compiled_opt, x, y, loss_fn, compiled_bk), dev)
+    _step(compiled, compiled_opt, x, y, loss_fn, compiled_bk)  # any recompilation now
     eager, comp, ratios = [], [], []
     for r in range(repeats):
         pair = {}
         for name in (("eager", "compiled") if r % 2 == 0 else ("compiled", "eager")):
-            m, o = (model, eager_opt) if name == "eager" else (compiled, compiled_opt)
-            pair[name] = _timed_steps(m, o, x, y, loss_fn, steps)
+            m, o, bk = ((model, eager_opt, eager_bk) if name == "eager"
+                        else (compiled, compiled_opt, compiled_bk))
+            pair[name] = _timed_steps(m, o, x, y, loss_fn, bk, steps)
         eager.append(pair["eager"])
         comp.append(pair["compiled"])
         ratios.append(pair["compiled"] / pair["eager"])
     return {"workload": workload, "label": label, "eager_steps_s": median(eager),
             "compiled_steps_s": median(comp), "speedup": median(ratios), "ratios": ratios,
             "first_step_eager_s": eager_first, "first_step_compiled_s": compile_s,
-            "loss_eager": eager_loss, "loss_compiled": compiled_loss}
+            "loss_eager": float(eager_loss), "loss_compiled": float(compiled_loss)}
 
 
-def report(rows: list[dict], steps: int, repeats: int) -> str:
-    lines = [f"torch {torch.__version__}, CPU, {torch.get_num_threads()} thread(s), load average "
+def describe(choice: DeviceChoice) -> str:
+    """Where the table was measured: the GPU and precision, or the CPU's threads."""
+    if choice.type == "cuda":
+        return f"{torch.cuda.get_device_name(0)}, {choice.precision.name}"
+    return f"CPU, {torch.get_num_threads()} thread(s)"
+
+
+def report(rows: list[dict], steps: int, repeats: int, where: str) -> str:
+    lines = [f"torch {torch.__version__}, {where}, load average "
              f"{load_average()}; {repeats} paired rounds of {steps} steps, medians",
              "", "| workload | model, batch | eager steps/s | compiled steps/s | compiled / "
              "eager | per round | first step eager s | first step compiled s (compile) | "
@@ -129,18 +179,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=WORKLOADS)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--frames", type=int, default=20, help="Mamba-Spike's T")
+    parser.add_argument("--frames", type=int, default=20,
+                        help="Mamba-Spike's T (its compile time grows with T; N-MNIST's is 300)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="every workload's batch (default: the CPU sizes of `build`; on "
+                             "CUDA the platform's batch sizes)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     # code generation in this process: a pool of compile workers would take every core
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     torch.set_num_threads(args.threads)
+    choice = device_choice(args.device)
     rows = []
     for w in args.workloads:
         start = time.perf_counter()
-        rows.append(measure(w, args.steps, args.repeats, frames=args.frames))
+        batch = args.batch or default_batch(w, choice)
+        rows.append(measure(w, args.steps, args.repeats, batch, args.frames, choice))
         print(f"[{w}: {time.perf_counter() - start:.0f} s]", flush=True)
-    print(report(rows, args.steps, args.repeats))
+    print(report(rows, args.steps, args.repeats, describe(choice)))
 
 
 if __name__ == "__main__":

@@ -15,16 +15,25 @@ from torch import nn
 from lib.device import DeviceChoice
 from lib.errors import ConfigError
 
-# "auto" per (device type, workload). CPU: the measured eager vs compiled table
-# (BENCHMARKS.md, "torch.compile vs eager"). CUDA (not measured here: no GPU): on for the
-# long convnet runs, whose BN/ReLU/attention pointwise ops Triton fuses and whose hundreds of
-# epochs repay a compile of a minute or two; off for Fashion-MNIST (an epoch takes seconds
-# on a GPU, so the compile costs more than it can save in 14 epochs) and Mamba-Spike (its
-# front-end's loop over T steps is unrolled into the graph: compile time grows with T, and
-# DT_US's variable T recompiles).
+# "auto" per (device type, workload).
+# CPU: measured, `python -m bench.bench_compile` (BENCHMARKS.md, "torch.compile vs eager"): on
+# only where the speed-up repays the compile within a default run. Fashion CNN 0.66x and
+# ResNet-18 0.94x: never repaid. MSHNet 1.05x (rounds 0.90-1.18: no clear gain); even at face
+# value it saves 0.19 s of a 3.9 s step, so its 358 s compile takes ~1,900 steps (~10
+# IRSTD-1k epochs) to repay: off. Mamba-Spike 1.56x at T = 20 and 1.50x at T = 60 (batch 2),
+# compiles in 186 s and 451 s: 451 / (1/4.84 - 1/7.2 s per step) = ~6,700 steps, a fifth of
+# one N-MNIST epoch at batch 2 (100 epochs by default); at T = 300, batch 8 (8.9 s a step) a
+# compile extrapolated to ~34 min is repaid in ~700 steps if 1.5x holds: on.
+# CUDA: a JUDGEMENT, not measured (no GPU here; `python -m bench.bench_compile --device cuda`
+# on a GPU runtime replaces it). PyTorch's own benchmark of torch.compile (163 TIMM,
+# HuggingFace and TorchBench models, A100, https://pytorch.org/get-started/pytorch-2.0/)
+# reports 1.38x-1.76x faster training (geometric means per suite); so on for the long convnet
+# runs (the study's ResNet-18, MSHNet: hundreds of epochs repay minutes of compiling); off for
+# Fashion-MNIST (14 epochs of seconds each) and Mamba-Spike (compile time grows with T, see
+# above, and is paid again in every session).
 AUTO: dict[str, dict[str, bool]] = {
     "cpu": {"fashion_mnist": False, "optimizer_study": False, "mshnet": False,
-            "mamba_spike": False},
+            "mamba_spike": True},
     "cuda": {"fashion_mnist": False, "optimizer_study": True, "mshnet": True,
              "mamba_spike": False},
 }
@@ -32,8 +41,9 @@ SMOKE_REASON = "SMOKE runs a few batches: compiling would take longer than they 
 
 
 def decide(setting: bool | str, workload: str, choice: DeviceChoice,
-           smoke: bool = False) -> tuple[bool, str]:
-    """(compile?, why) for COMPILE = `setting` on `choice`'s device."""
+           smoke: bool = False, varying: str = "") -> tuple[bool, str]:
+    """(compile?, why) for COMPILE = `setting` on `choice`'s device; `varying` says why the
+    input shape changes between batches ("" when it does not)."""
     supported, support_reason = choice.compile_ok, choice.compile_note
     if setting is False:
         return False, "COMPILE = False"
@@ -47,6 +57,8 @@ def decide(setting: bool | str, workload: str, choice: DeviceChoice,
         return False, support_reason
     if smoke:
         return False, SMOKE_REASON
+    if varying:
+        return False, f"{varying}: each new shape would compile again"
     if AUTO.get(choice.type, {}).get(workload, False):
         return True, f"it pays off for {workload} on {choice.type} (BENCHMARKS.md)"
     return False, (f"not faster for {workload} on {choice.type} once its compile time is "

@@ -202,6 +202,11 @@ class RunConfig:
         """(run folder under OUT_DIR, identity) of every run a grid workload trains."""
         return [(".", self.identity(global_batch))]
 
+    def varying_shapes(self) -> str:
+        """Why the model's input shape changes between batches ("" when it does not): then
+        `COMPILE = "auto"` does not compile (each new shape would compile again)."""
+        return ""
+
     def resolved_batch_size(self) -> int:
         if self.batch_size is not None:
             return self.batch_size

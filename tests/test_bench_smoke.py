@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from bench import __main__ as suite
-from bench import bench_gpu, bench_loop, bench_pipeline, bench_suite, bench_xla
-from bench.common import ROOT
+from bench import bench_compile, bench_gpu, bench_loop, bench_pipeline, bench_suite, bench_xla
+from bench.common import ROOT, median
 from lib.platforms import PLATFORMS
 
 
@@ -214,3 +214,44 @@ def test_device_data_bench_counts_host_work_before_and_after(tmp_path):
     needs = bench_device_data.demand([row])
     assert {d["gpu"] for d in needs} == set(bench_device_data.GPUS)
     assert all(positive(d["gpu_samples_s"]) and positive(d["after"]) for d in needs)
+
+
+def _tiny_compile_case(workload, batch, frames):
+    """bench_compile.build's contract, with a model that compiles in seconds."""
+    torch.manual_seed(0)
+    b = batch or 4
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    return (model, lambda p: torch.optim.SGD(p, lr=0.1), torch.randn(b, 8),
+            torch.randint(0, 3, (b,)), torch.nn.functional.cross_entropy, f"MLP, batch {b}")
+
+
+def test_compile_bench_on_the_cpu_device_pairs_eager_and_compiled_rounds(monkeypatch, capsys):
+    monkeypatch.setattr(bench_compile, "build", _tiny_compile_case)
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    threads = str(torch.get_num_threads())
+    bench_compile.main(["--device", "cpu", "--workloads", "fashion_mnist", "--steps", "1",
+                        "--repeats", "2", "--batch", "6", "--threads", threads])
+    out = capsys.readouterr().out
+    assert f"CPU, {threads} thread(s)" in out and "2 paired rounds of 1 steps" in out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("| fashion_mnist |")]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1] == "MLP, batch 6"  # --batch reached the model
+    ratios = [float(r) for r in cells[5].split()]
+    assert len(ratios) == 2 and float(cells[4]) == pytest.approx(median(ratios), abs=0.01)
+    eager_loss, compiled_loss = map(float, cells[8].split(" / "))
+    assert compiled_loss == pytest.approx(eager_loss, rel=1e-4)  # same weights, same batch
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU message")
+def test_compile_bench_on_cuda_without_a_gpu_says_so_in_one_line():
+    with pytest.raises(SystemExit, match="--device cuda: torch sees no CUDA device.*--device cpu"):
+        bench_compile.main(["--device", "cuda"])
+
+
+def test_compile_bench_on_a_gpu_takes_the_platform_batch_sizes(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
+    cuda = type("Choice", (), {"type": "cuda"})()
+    t4 = PLATFORMS["colab_t4"]
+    assert bench_compile.default_batch("cifar10", cuda) == t4.batch_size("optimizer_study")
+    assert bench_compile.default_batch("mshnet", cuda) == t4.batch_size("mshnet")
+    assert bench_compile.default_batch("mshnet", bench_compile.device_choice("cpu")) is None

@@ -46,6 +46,24 @@ def test_auto_follows_the_table_and_stays_off_in_smoke_runs():
     assert compile.decide(True, "fashion_mnist", cpu) == (True, "COMPILE = True")
 
 
+def test_auto_does_not_compile_a_mamba_spike_run_whose_t_changes_between_batches():
+    from lib.workloads.mamba_spike import MambaSpikeRunConfig
+
+    def run(**changes):
+        return MambaSpikeRunConfig.from_params(dict(PLATFORM="colab_t4", SAMPLE_DATA=True,
+                                                    N_TIME_BINS=None, **changes))
+
+    cpu = _choice("cpu", Probe())
+    assert compile.AUTO["cpu"]["mamba_spike"]  # measured: it pays on the CPU at a fixed T
+    assert run().varying_shapes() == "" and run(DT_US=1000, FIXED_T=300).varying_shapes() == ""
+    varying = run(DT_US=1000).varying_shapes()
+    assert "DT_US without FIXED_T" in varying
+    assert compile.decide("auto", "mamba_spike", cpu, varying=varying) == (
+        False, f"{varying}: each new shape would compile again")
+    assert compile.decide(True, "mamba_spike", cpu, varying=varying) == (True, "COMPILE = True")
+    assert compile.decide("auto", "mamba_spike", cpu, varying="")[0] is True
+
+
 def test_compile_is_a_run_setting_and_checked():
     params = dict(PLATFORM="colab_t4", EPOCHS=1, LR=1.0)
     eager = FashionConfig.from_params(dict(params, COMPILE=False))

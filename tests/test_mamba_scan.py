@@ -110,3 +110,23 @@ def test_selective_scan_keeps_the_input_dtype_and_computes_the_state_in_float32(
 def test_unknown_scan_is_rejected_with_the_choices():
     with pytest.raises(ValueError, match="parallel"):
         MambaConfig(scan="blelloch")
+
+
+def test_a_compiled_model_runs_the_scan_as_it_is_with_the_eager_numbers():
+    """torch.compile leaves the scan to eager mode: Dynamo tracing its recursion fails at
+    L = 20 (an IndexError building shape guards, torch 2.14); around it, the compiled code
+    computes the same values and gradients."""
+    g = torch.Generator().manual_seed(0)
+    a0, x0 = torch.randn(2, 20, 3, 4, generator=g), torch.randn(2, 20, 3, 4, generator=g)
+
+    def f(a, x):
+        return linear_scan(a.sigmoid(), x).square().sum(dim=-1)
+
+    results = []
+    for fn in (f, torch.compile(f)):
+        a, x = a0.clone().requires_grad_(), x0.clone().requires_grad_()
+        out = fn(a, x)
+        out.sum().backward()
+        results.append((out.detach(), a.grad, x.grad))
+    for got, want in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=TOL, atol=TOL)

@@ -87,29 +87,41 @@ class DeviceLoader:
         return images.float().div(255).sub(self.mean).div(self.std)
 
     def __iter__(self) -> Iterator[list[torch.Tensor]]:
-        """This rank's batches from the sampler's `start`. The epoch's order, crop rows and
-        columns go to the device once; a batch is then a slice, one gather, a normalisation."""
+        """This rank's batches from the sampler's `start`: per batch, one slice of the epoch's
+        plan sent to the device, one gather, a normalisation."""
         keys = list(iter(self.sampler))
         if not keys:
             return
-        epoch = keys[0][0]
-        order = torch.tensor([i for _, i in keys], dtype=torch.int64)
-        rows = cols = None
-        if self.augment.padding or self.augment.flip:
-            offsets, flips = epoch_params(self.sampler.n, self.seed, epoch, self.augment)
-            rows, cols = crop_indices(offsets[order], flips[order], *self.hw)
-            rows, cols = rows.to(self.device), cols.to(self.device)
-        order = order.to(self.device)
-        stop = len(order) - len(order) % self.batch_size if self.train else len(order)
+        plan = self.epoch_plan(keys)
+        stop = len(plan) - len(plan) % self.batch_size if self.train else len(plan)
+        pinned = plan.is_pinned()
         for pos in range(0, stop, self.batch_size):
-            idx = order[pos : pos + self.batch_size]
-            if rows is None:
-                images = self.images[idx]
-            else:
-                end = pos + self.batch_size
-                images = self.images[idx[:, None, None, None], self.channels,
-                                     rows[pos:end, None, :, None], cols[pos:end, None, None, :]]
-            yield [self.normalise(images), self.labels[idx]]
+            part = plan[pos : pos + self.batch_size].to(self.device, non_blocking=pinned)
+            yield self.batch(part)
+
+    def epoch_plan(self, keys: list[tuple[int, int]]) -> torch.Tensor:
+        """Each sample of the epoch in order, one int64 CPU row: its dataset index, then (when
+        augmenting) its crop's rows and columns. A batch's rows go to the device as they are
+        needed, so every batch is the same computation over new device data (on XLA: one
+        graph, not one per batch position, as slicing a device copy at each offset gave)."""
+        order = torch.tensor([i for _, i in keys], dtype=torch.int64)
+        plan = order[:, None]
+        if self.augment.padding or self.augment.flip:
+            offsets, flips = epoch_params(self.sampler.n, self.seed, keys[0][0], self.augment)
+            rows, cols = crop_indices(offsets[order], flips[order], *self.hw)
+            plan = torch.cat([plan, rows, cols], dim=1)
+        return plan.pin_memory() if self.device.type == "cuda" else plan
+
+    def batch(self, part: torch.Tensor) -> list[torch.Tensor]:
+        """(images, labels) of a batch from its plan rows, already on the device."""
+        idx, h = part[:, 0], self.hw[0]
+        if part.shape[1] == 1:
+            images = self.images[idx]
+        else:
+            rows, cols = part[:, 1 : 1 + h], part[:, 1 + h :]
+            images = self.images[idx[:, None, None, None], self.channels, rows[:, None, :, None],
+                                 cols[:, None, None, :]]
+        return [self.normalise(images), self.labels[idx]]
 
 
 def images_and_labels(dataset) -> tuple[torch.Tensor, torch.Tensor]:

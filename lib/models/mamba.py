@@ -84,6 +84,11 @@ class _LinearScan(torch.autograd.Function):
         return grad_a, grad_x
 
 
+# torch.compile runs the scan as it is (a graph break): Dynamo tracing its recursion over
+# halving lengths fails building shape guards (IndexError in produce_guards, torch 2.14, from
+# L = 20 of Mamba-Spike; `python -m bench.bench_compile --workloads mamba_spike`), and the
+# scan is already a few whole-tensor ops per level.
+@torch.compiler.disable
 def linear_scan(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Parallel h_t = a_t * h_{t-1} + x_t over dim 1 of (B, L, ...) tensors, h_{-1} = 0."""
     return _LinearScan.apply(a, x)

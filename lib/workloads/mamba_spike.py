@@ -166,6 +166,9 @@ class MambaSpikeRunConfig(RunConfig):
             return self.fixed_t
         return self.n_time_bins or OFFICIAL_TIME_BINS[self.dataset]
 
+    def varying_shapes(self) -> str:
+        return "DT_US without FIXED_T: T changes between batches" if self.frames() is None else ""
+
     def full_size_gb(self) -> float | None:
         """Estimated activation memory (GB) of a training step at the full sensor size, with
         this T and per-device batch, in half precision; None when T is variable."""
