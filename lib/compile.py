@@ -60,7 +60,9 @@ def decide(setting: bool | str, workload: str, choice: DeviceChoice,
     if varying:
         return False, f"{varying}: each new shape would compile again"
     if AUTO.get(choice.type, {}).get(workload, False):
-        return True, f"it pays off for {workload} on {choice.type} (BENCHMARKS.md)"
+        return True, (f"it pays off for {workload} on {choice.type} (BENCHMARKS.md); the first "
+                      "step compiles the model, which takes minutes (longer with more time "
+                      "bins); COMPILE = False starts at once")
     return False, (f"not faster for {workload} on {choice.type} once its compile time is "
                    "counted (BENCHMARKS.md); COMPILE = True forces it")
 

@@ -42,7 +42,10 @@ def test_auto_follows_the_table_and_stays_off_in_smoke_runs():
         assert compile.decide("auto", "optimizer_study", t4, smoke=True) == (
             False, compile.SMOKE_REASON)
     for workload, on in compile.AUTO["cpu"].items():
-        assert compile.decide("auto", workload, cpu)[0] is on
+        decided, why = compile.decide("auto", workload, cpu)
+        assert decided is on
+        # a user about to wait for a compile is told so, and how not to
+        assert ("takes minutes" in why and "COMPILE = False starts at once" in why) is on
     assert compile.decide(True, "fashion_mnist", cpu) == (True, "COMPILE = True")
 
 
