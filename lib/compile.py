@@ -20,10 +20,10 @@ from lib.errors import ConfigError
 # only where the speed-up repays the compile within a default run. Fashion CNN 0.66x and
 # ResNet-18 0.94x: never repaid. MSHNet 1.05x (rounds 0.90-1.18: no clear gain); even at face
 # value it saves 0.19 s of a 3.9 s step, so its 358 s compile takes ~1,900 steps (~10
-# IRSTD-1k epochs) to repay: off. Mamba-Spike 1.56x at T = 20 and 1.50x at T = 60 (batch 2),
-# compiles in 186 s and 451 s: 451 / (1/4.84 - 1/7.2 s per step) = ~6,700 steps, a fifth of
-# one N-MNIST epoch at batch 2 (100 epochs by default); at T = 300, batch 8 (8.9 s a step) a
-# compile extrapolated to ~34 min is repaid in ~700 steps if 1.5x holds: on.
+# IRSTD-1k epochs) to repay: off. Mamba-Spike 1.56x / 1.50x / 1.53x at T = 20 / 60 / 300,
+# compiling in 186 s / 451 s / 2,346 s: at the default T = 300, batch 8,
+# 2,346 / (1/0.202 - 1/0.312 s per step) = ~1,350 steps, a fifth of one N-MNIST epoch of 7,500
+# steps (100 epochs by default): on.
 # CUDA: a JUDGEMENT, not measured (no GPU here; `python -m bench.bench_compile --device cuda`
 # on a GPU runtime replaces it). PyTorch's own benchmark of torch.compile (163 TIMM,
 # HuggingFace and TorchBench models, A100, https://pytorch.org/get-started/pytorch-2.0/)
