@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lib.data.samples import NOTE as SAMPLE_NOTE
 from lib.progress import epoch_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -307,8 +306,7 @@ def cmd_run(args) -> int:
     notebook = notebook_path(workload, platform)
     executed = out / f"{workload}.ipynb"
     print(f"{workload} on {platform}: {notebook.relative_to(ROOT)} -> {executed}", flush=True)
-    progress = Progress(out, getattr(cfg, "epochs", None),
-                        note=SAMPLE_NOTE if getattr(cfg, "sample_data", False) else None)
+    progress = Progress(out, getattr(cfg, "epochs", None), note=cfg.note())
     progress.start()
     t0 = time.perf_counter()
     try:

@@ -184,6 +184,12 @@ class RunConfig:
         params = {k: v for k, v in self.to_dict().items() if k not in self.run_settings()}
         return {"workload": self.WORKLOAD, **params, "global_batch_size": global_batch}
 
+    def note(self) -> str | None:
+        """What every epoch row of this run says beside its numbers ("synthetic sample")."""
+        from lib.data.samples import NOTE
+
+        return NOTE if self.sample_data else None
+
     def smoke_shrinks(self) -> str:
         """What else SMOKE makes smaller in this workload (e.g. its model), as `; ...`."""
         return ""

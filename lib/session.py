@@ -16,7 +16,6 @@ import torch
 
 from lib import compile, experiment
 from lib.config import RunConfig
-from lib.data import samples
 from lib.data.common import make_loader
 from lib.data.on_device import Augment, DeviceLoader, images_and_labels
 from lib.device import DeviceChoice, choose_device
@@ -64,7 +63,7 @@ class Session:
                    session_hours=self.platform.session_hours, main=self.dist.main,
                    session=dict(self.resolved(), epochs=self.cfg.epochs,
                                 platform=self.cfg.platform),
-                   note=samples.NOTE if self.cfg.sample_data else None)
+                   note=self.cfg.note())
 
     # What every workload's `loaders` / `train` / `load_best` share ----------------------
     def loaders(self, train_set, test_set, collate_fn=None):
