@@ -130,3 +130,15 @@ def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path)
                    if k.endswith("loss") and isinstance(v, float))
         assert rows[-1]["device"] == ("xla" if profile.accelerator == "xla" else "cpu")
     assert str(python)  # the kernel ran in the lane (its kernelspec names this interpreter)
+
+
+@pytest.mark.parametrize("image", list(RUN))
+def test_the_bootstrap_installed_exactly_the_image_lock(image):
+    """After the lane's notebooks, what their bootstrap added is requirements/images/<image>.txt
+    to the version: a user's runtime gets what this lane tested, not next year's releases."""
+    lane_python(image)
+    lock = lanes.LOCKS / f"{image}.txt"
+    pinned = dict(line.split("==") for line in lock.read_text().splitlines()
+                  if line and not line.startswith("#"))
+    have = lanes.installed(image)
+    assert {k: have.get(k) for k in pinned} == pinned
