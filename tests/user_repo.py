@@ -13,15 +13,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=user", "-c", "user.email=user@example.com",
+                           *args], cwd=root, capture_output=True, check=True, text=True).stdout
+
+
 def copy_repository(dest: Path) -> Path:
-    """The repository's files as a clone has them (tracked ones, and new ones not ignored: no
-    virtual environments, runs or data) copied to `dest`."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    """A clone as the user has it: the repository's files (tracked ones, and new ones not
+    ignored: no virtual environments, runs or data) in a git repository at `dest` (ruff and
+    git then ignore what .gitignore says, as in a clone)."""
+    listed = git(ROOT, "ls-files", "-co", "--exclude-standard", "-z").split("\0")
     for rel in filter(None, listed):
         if (ROOT / rel).is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, dest / rel)
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "-m", "the repository as cloned")
     return dest
 
 
