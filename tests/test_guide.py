@@ -81,9 +81,7 @@ def test_the_guide_turns_the_script_into_a_workload(tmp_path):
     history = read_jsonl(user / "runs" / "my_mnist_try" / "metrics.jsonl")
     assert [r["epoch"] for r in history] == [1, 2, 3]  # two epochs, then one more resumed
     assert all(r["device"] == "cpu" for r in history)
-    assert sorted(p.parent.parent.name for p in
-                  (user / "runs" / "my_mnist_seeds").glob("cells/*/DONE.json")) == [
-        "seed=1", "seed=2"]
+    assert len(read_jsonl(user / "runs" / "my_mnist_try" / "sessions.jsonl")) == 2  # sessions
     for platform in ("colab_t4", "colab_tpu", "kaggle_p100", "kaggle_t4x2", "kaggle_tpu",
                      "local_mps"):
         assert (user / "notebooks" / platform / "my_mnist.ipynb").exists()

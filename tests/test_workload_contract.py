@@ -56,3 +56,18 @@ def test_no_code_outside_a_workload_names_one():
     own = {ROOT / "lib" / "workloads" / f"{n}.py" for n in NAMES}
     found = {str(f.relative_to(ROOT)): _names_in_code(f) for f in files if f not in own}
     assert {f for f, names in found.items() if names} <= PENDING, found
+
+
+def test_report_takes_the_headline_from_the_workload_the_folder_records(tmp_path):
+    import json
+
+    from lib.metrics import write_jsonl
+    from lib.sweep.report import report
+
+    records = [{"epoch": 1, "train_loss": 1.0, "test_loss": 0.9, "test_Pd": 0.25,
+                "test_mIoU": 0.5, "device": "cpu"}]
+    write_jsonl(tmp_path / "metrics.jsonl", records)
+    assert "| run | epochs | test_Pd |" in report(tmp_path)  # no config.json: a first guess
+    (tmp_path / "config.json").write_text(json.dumps({"experiment": {"workload": "mshnet"}}))
+    table = report(tmp_path)
+    assert "| run | epochs | test_mIoU |" in table and "| . | 1 | 0.5000 | cpu |" in table

@@ -33,15 +33,21 @@ def _figures_closed(fn):
     return wrapped
 
 
-def workload_of(out: Path) -> str:
-    """The workload whose runs `out` holds, from the nearest config.json under it."""
+def workload_of(out: Path) -> str | None:
+    """The workload whose runs `out` holds, from the nearest config.json under it (None: a
+    folder from before config.json named it)."""
     for path in sorted(Path(out).rglob("config.json"), key=lambda p: len(p.parts)):
         config = read_config(path.parent) or {}
         name = config.get("experiment", config).get("workload")
         if name in contract.names():
             return name
-    raise UsageError(f"{out} holds no run's config.json naming its workload; pass the --out of "
-                     "a finished run or sweep.")
+    return None
+
+
+def _first_score(out: Path) -> str:
+    """A run's headline when its workload is unknown: the first test_ score it records."""
+    last = next((r[-1] for p in sorted(out.rglob("metrics.jsonl")) if (r := read_jsonl(p))), {})
+    return next((k for k in last if k.startswith("test_") and k != "test_loss"), "test_loss")
 
 
 @_figures_closed
@@ -111,6 +117,8 @@ def report(out: Path) -> str:
         return sweep(out)
     if any(out.rglob("metrics.jsonl")) or any(out.glob("*/DONE.json")):
         workload = workload_of(out)
+        if workload is None:
+            return runs(out, _first_score(out))
         if contract.get(workload).grid:
             return summary(out, workload)
         return runs(out, contract.get(workload).headline)
