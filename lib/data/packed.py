@@ -172,3 +172,56 @@ class PackReader:
         j = i - shards[k][0]
         begin = int(index[j - 1, 0]) if j else 0
         return np.array(data[begin:int(index[j, 0])]), int(index[j, 1])
+
+
+def _copy_checked(src: Path, dst: Path, size: int, digest: str, chunk: int = 16 * 2**20) -> None:
+    """One sequential pass: copy `src` to a temporary name beside `dst`, hashing as it goes;
+    rename only when size and SHA-256 match the manifest."""
+    tmp = dst.with_name(f".{dst.name}.copy.tmp")
+    h, n = hashlib.sha256(), 0
+    with open(src, "rb") as fin, open(tmp, "wb") as fout:
+        while block := fin.read(chunk):
+            h.update(block)
+            n += len(block)
+            fout.write(block)
+    if n != size or h.hexdigest() != digest:
+        tmp.unlink(missing_ok=True)
+        raise OSError(f"{src} does not match its manifest ({n} bytes, expected {size}, or a "
+                      "different checksum): delete that packed folder to prepare it again.")
+    os.replace(tmp, dst)
+
+
+def same_pack(a: Path, b: Path) -> bool:
+    """True when both folders hold a complete pack with the same manifest and file sizes."""
+    ma, mb = read_manifest(a), read_manifest(b)
+    if ma is None or ma != mb:
+        return False
+    return all((Path(b) / name).is_file() and (Path(b) / name).stat().st_size == f["size"]
+               for name, f in mb["files"].items())
+
+
+def copy_pack(src: Path, dst: Path) -> bool:
+    """Copy a complete packed folder `src` (e.g. on Drive, durable) to `dst` (e.g. the VM's
+    local disk, scratch) unless `dst` already holds the same pack; True when it copied.
+
+    Each file goes in one sequential read, checked against the manifest's size and SHA-256;
+    the manifest is written last, so a copy cut short is never taken as complete. The same
+    call publishes a pack from scratch to durable. Free space at `dst` is checked first.
+    """
+    from lib.data import space
+
+    src, dst = Path(src), Path(dst)
+    manifest = read_manifest(src)
+    if manifest is None:
+        raise FileNotFoundError(f"{src} holds no complete pack (no {MANIFEST} of format "
+                                f"{FORMAT_VERSION})")
+    if same_pack(src, dst):
+        return False
+    need = sum(f["size"] for f in manifest["files"].values())
+    space.require(dst, need, f"copying the prepared data {src.name}")
+    dst.mkdir(parents=True, exist_ok=True)
+    (dst / MANIFEST).unlink(missing_ok=True)
+    for name, f in manifest["files"].items():
+        _copy_checked(src / name, dst / name, f["size"], f["sha256"])
+    atomic.write_bytes(dst / MANIFEST, (src / MANIFEST).read_bytes())
+    return True
