@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from bench.common import captured, markdown_table, median
-from lib.data import events, fashion, irstd, opens
 from lib.data import cifar as cifar_data
+from lib.data import events, fashion, irstd, opens
 from lib.data.common import make_loader
 from lib.data.on_device import Augment, DeviceLoader, images_and_labels
 from tests.drive_fuse import mounted
