@@ -27,7 +27,8 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, Subset, random_split
 
-from lib.data import packed, samples, space
+from lib.data import events_sample, packed, samples, space
+from lib.data.classes import CIFAR10DVS_CLASSES, DVSGESTURE_LIGHTING  # noqa: F401
 from lib.errors import DataError, DataNotFound
 
 NAMES = ("nmnist", "dvsgesture", "cifar10dvs")
@@ -36,15 +37,10 @@ TONIC_CLASSES = {"nmnist": tonic.datasets.NMNIST, "dvsgesture": tonic.datasets.D
 # The official code's framing: window / 1 ms for N-MNIST (300) and DVS Gesture (500),
 # 1 s / 10 ms for CIFAR10-DVS (100).
 OFFICIAL_TIME_BINS = {"nmnist": 300, "dvsgesture": 500, "cifar10dvs": 100}
-CIFAR10DVS_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                      "ship", "truck")
-DVSGESTURE_LIGHTING = ("fluorescent", "led", "natural")
 
 
 def _write_sample(name: str, folder: Path) -> Path:
-    """The offline sample of `name` in its real format (the writer imports this module)."""
-    from lib.data import events_sample
-
+    """The offline sample of `name` in its real format."""
     return getattr(events_sample, f"write_{name}_sample")(folder)
 # A frame holds the events of one pixel and polarity in one time bin: uint8 keeps up to 255.
 MAX_COUNT = 255
