@@ -84,3 +84,23 @@ def test_require_measures_the_nearest_existing_folder(tmp_path):
     space.require(tmp_path / "not" / "yet", 1, "a test")  # no error: the parent has room
     with pytest.raises(space.NoSpace, match="a test needs"):
         space.require(tmp_path / "not" / "yet", 10**18, "a test")
+
+
+def test_a_download_that_will_not_fit_stops_before_tonic_writes(tmp_path, monkeypatch):
+    """DVS Gesture needs ~8 GB (its README: 3 GB tar + 5 GB extracted): with less free, one
+    line before tonic downloads anything; with the folder already there, no check."""
+    import tonic
+
+    monkeypatch.setattr(space.shutil, "disk_usage", lambda p: Usage(10**12, 0, 2 * 10**9))
+    called = []
+    monkeypatch.setattr(tonic.datasets.DVSGesture, "__init__",
+                        lambda self, *a, **k: called.append(1) or (_ for _ in ()).throw(
+                            RuntimeError("download failed")))
+    with pytest.raises(space.NoSpace, match=r"downloading and unpacking DVSGesture needs "
+                                            r"8\.00 GB .* has 2\.00 GB free"):
+        events.load_events("dvsgesture", tmp_path, True)
+    assert called == [] and not (tmp_path / "DVSGesture").exists()
+    (tmp_path / "DVSGesture").mkdir()  # present (complete or not): tonic decides, as before
+    with pytest.raises(FileNotFoundError, match="downloading it failed"):
+        events.load_events("dvsgesture", tmp_path, True)
+    assert called == [1]
