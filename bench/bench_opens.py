@@ -160,6 +160,63 @@ def run(workloads=tuple(WORKLOADS), epochs: int = 4, latency_s: float = 0.020,
     return rows
 
 
+def formats(repeats: int = 5) -> list[dict]:
+    """Per-record read time and opens of the candidate layouts, on the N-MNIST sample's
+    sparse frames (300 bins): the packed `.npy` memory map (chosen), one HDF5 file holding
+    the same concatenated array and index (h5py slices), and tonic's one file per record."""
+    import h5py
+    import numpy as np
+    import tonic
+
+    from lib.data import packed
+
+    opens.install(h5py_too=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, captured():
+        tmp = Path(tmp)
+        train, _, _ = events.build_datasets("nmnist", tmp, sample=True, n_time_bins=300)
+        events.warm_cache(train, progress=False)
+        records = [train.frames(i) for i in range(len(train))]
+        data = np.concatenate([r for r, _ in records])
+        ends = np.cumsum([r.size for r, _ in records])
+        with h5py.File(tmp / "one.h5", "w") as f:
+            f["data"], f["ends"] = data, ends
+        per_file = tonic.DiskCachedDataset(train.dataset, cache_path=str(tmp / "per_file"))
+        for i in range(len(train)):
+            per_file[i]
+
+        def memmap_reader():
+            reader = packed.PackReader(Path(train.cache_path))
+            return lambda i: reader.get(i)[0]
+
+        def hdf5_reader():
+            f = h5py.File(tmp / "one.h5", "r")
+            ds, index = f["data"], f["ends"][()]
+            return lambda i: ds[(index[i - 1] if i else 0):index[i]]
+
+        def per_file_reader():
+            return lambda i: per_file[i][0]
+
+        for name, make in (("npy shards, memory map (chosen)", memmap_reader),
+                           ("one HDF5 file, h5py slice", hdf5_reader),
+                           ("one HDF5 file per record (tonic)", per_file_reader)):
+            with opens.counting(h5py_too=True) as count:
+                read = make()
+                times = []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    for i in range(len(train)):
+                        read(i)
+                    times.append((time.perf_counter() - start) / len(train))
+            rows.append({"layout": name, "us": median(times) * 1e6,
+                         "opens": count.n / repeats, "records": len(train)})
+    return rows
+
+
+FORMAT_COLUMNS = [("layout", "layout"), ("us", "µs per record"),
+                  ("opens", "opens per pass over the records")]
+
+
 class _local:
     """The local-disk counterpart of `mounted`: a plain folder."""
 
@@ -187,6 +244,8 @@ def main(argv=None) -> None:
     parser.add_argument("--only", nargs="*", default=list(WORKLOADS))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    print(markdown_table(formats(2 if args.quick else 5), FORMAT_COLUMNS))
+    print()
     rows = run(args.only, epochs=3 if args.quick else 5)
     print(markdown_table(rows, COLUMNS))
 
