@@ -283,8 +283,10 @@ def build_task(cfg: MambaSpikeRunConfig, device: torch.device) -> tuple[Task, di
 
 
 def loaders(s: Session):
-    """(train, test) loaders; the training set is sharded across processes."""
-    train_set, test_set, info = datasets(s)
+    """(train, test) loaders; the training set is sharded across processes. A single process
+    packs any recording not yet framed first (ranks of a DDP/XLA run only read: the notebook
+    packed them)."""
+    train_set, test_set, info = datasets(s, warm=s.dist.world_size == 1)
     return s.loaders(train_set, test_set, collate_fn(info))
 
 
