@@ -71,7 +71,7 @@ def environment(dry: bool) -> dict:
     return {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "torch": torch.__version__, "cuda": torch.version.cuda, "python":
             platform.python_version(), "gpu": torch.cuda.get_device_name(0) if cuda else "none",
-            "capability": "sm_%d%d" % torch.cuda.get_device_capability(0) if cuda else "",
+            "capability": "sm_{}{}".format(*torch.cuda.get_device_capability(0)) if cuda else "",
             "dry_run": dry, "command": "python -m bench.gpu_check " + " ".join(sys.argv[1:])}
 
 

@@ -212,24 +212,26 @@ def kill_resume(workload: str, ctx: Ctx) -> dict:
 
 
 def cross_device(workload: str, ctx: Ctx) -> list[dict]:
-    """Epoch 1 on one device, epoch 2 resumed from its checkpoint on the other (the CPU half
-    in a process that sees no GPU: CUDA_VISIBLE_DEVICES="")."""
+    """A two-epoch run SIGKILLed at the start of epoch 2 on one device, resumed from its
+    checkpoint on the other (the CPU half in a process that sees no GPU:
+    CUDA_VISIBLE_DEVICES=""); EPOCHS stays 2, as a changed EPOCHS is another experiment."""
     rows = []
     cpu_env = {"CUDA_VISIBLE_DEVICES": ""}
     pairs = ((ctx.device, "cpu"), ("cpu", ctx.device))
     for first, second in pairs[:1] if ctx.device == "cpu" else pairs:  # the dry run: one
         _, per = _plan(workload, ctx, 2)
         run = _fresh(ctx, f"x-{first}-{second}")
-        one = _worker(ctx, workload, run, first, 1, per, cpu_env if first == "cpu" else None, 10)
-        two = _worker(ctx, workload, run, second, 2, per, cpu_env if second == "cpu" else None,
-                      10)
+        kill = {"TA_FAILPOINTS": f"train.step@{per + 1}"}
+        one = _worker(ctx, workload, run, first, 2, per,
+                      dict(kill, **(cpu_env if first == "cpu" else {})))
+        two = _worker(ctx, workload, run, second, 2, per, cpu_env if second == "cpu" else None)
         hist = two.get("history", [])
-        ok = one["returncode"] == 0 and two["returncode"] == 0 and len(hist) == 2 \
+        ok = one["returncode"] == -9 and two["returncode"] == 0 and len(hist) == 2 \
             and two["steps"] == per and all(math.isfinite(v) for v in two["losses"])
         rows.append({"workload": workload, "written_on": first, "resumed_on": second,
                      "epochs": len(hist), "steps_after_resume": two.get("steps"),
                      "loss_after_resume": hist[-1]["train_loss"] if hist else math.nan, "ok": ok,
-                     **({} if ok else {"error": (one["stderr"] or two["stderr"])[-500:]})})
+                     **({} if ok else {"error": (two["stderr"] or one["stderr"])[-500:]})})
     return rows
 
 
