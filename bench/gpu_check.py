@@ -60,6 +60,8 @@ PARTS: dict[str, list[Check]] = {
     "mamba": [("Mamba-Spike scans", mamba.scans, False, ("mamba_spike",)),
               ("Mamba-Spike front-end loop", mamba.frontend, False, ("mamba_spike",))],
 }
+# BENCHMARKS.md's GPU section ends with this note (bench/__main__.py appends it).
+BENCHMARKS_NOTE = (Path(__file__).parent / "gpu_check_note.md").read_text()
 # The dry run's slow checks (a process start each, or Dynamo tracing) run on one workload:
 # their code path is the same for every workload.
 DRY_ONE = (parts.kill_resume, parts.cross_device, parts.compiled)

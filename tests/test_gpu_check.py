@@ -89,3 +89,12 @@ def test_a_failed_check_is_named_and_fails_the_command():
     results = {"parts": {"quick": {"sections": [
         {"title": "kill mid-epoch and resume", "rows": [{"workload": "mshnet", "ok": False}]}]}}}
     assert gpu_check.failures(results) == ["quick / kill mid-epoch and resume / mshnet"]
+
+
+def test_the_wheels_are_what_the_image_lacks_and_never_torch():
+    from bench import gpu_wheels
+
+    pins = gpu_wheels.needed("3.12")
+    assert {"snntorch", "tonic", "mambapy", "papermill", "nbclient"} <= set(pins)
+    assert not {"torch", "numpy", "einops", "h5py", "triton"} & set(pins)
+    assert all(version[0].isdigit() for version in pins.values())
