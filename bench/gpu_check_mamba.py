@@ -108,7 +108,9 @@ def frontend(ctx) -> dict:
     ctx.sync()
     compile_s = time.perf_counter() - t0
     fused_s = _timed(loops(lambda la, c: fused(la, c, "unbind")), ctx, ctx.repeats)
-    return {"batch": batch, "T": frames, "step_ms": 1e3 * step_s,
+    return {"batch": batch, "T": frames, "precision": "fp32" + (
+                " (TF32 matmuls)" if torch.backends.cuda.matmul.allow_tf32 else ""),
+            "step_ms": 1e3 * step_s,
             "aten_ops_per_step": ops.n, "lif_loop_ms": 1e3 * loop_s,
             "lif_share_of_step": loop_s / step_s,
             "lif_loop_compiled_ms": 1e3 * fused_s, "lif_compile_s": compile_s,
