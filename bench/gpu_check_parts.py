@@ -340,7 +340,8 @@ def compiled(workload: str, ctx: Ctx) -> dict:
     name = {"optimizer_study": "cifar10"}.get(workload, workload)
     choice = bench_compile.device_choice(ctx.device)
     batch = 2 if ctx.tiny else bench_compile.default_batch(name, choice)
-    frames = 4 if ctx.tiny else 300
+    # bench_compile's default T: the compile time grows with T (2,346 s at T = 300 on a CPU)
+    frames = 4 if ctx.tiny else 20
     with _eager_backend(ctx.dry):
         row = bench_compile.measure(name, ctx.timed_steps, ctx.repeats, batch, frames, choice)
     row["workload"] = workload
