@@ -17,7 +17,8 @@ JOBS ?= 2
 # Tests run JOBS workers, each starting notebook kernels and subprocesses: one intra-op
 # thread apiece keeps 2 cores from thrashing (torch's default would take every core each).
 
-.PHONY: install install-xla lock fuse lanes demo test test-main test-xla test-lanes lint notebooks check bench clean
+.PHONY: install install-xla lock fuse lanes demo test test-main test-xla test-lanes lint notebooks check bench clean \
+	gpu-check gpu-wheels
 
 # A venv $(1) with exactly the packages of lock $(2), then the library itself (no deps: the
 # lock has them all). First one line, not pip's "no matching
@@ -98,6 +99,21 @@ test-lanes: lanes
 
 bench: install
 	$(PY) -m bench
+
+# On a CUDA machine (Colab/Kaggle GPU, the H100): the GPU check, one part per command
+# (quick, train, resume, compile, loader, mamba, or all), results in GPU_OUT (BENCHMARKS.md,
+# "GPU check"). No venv: the runtime's own torch is the one measured. Wheels carried in .whl
+# (`make gpu-wheels` on a machine with network) are installed first.
+GPU_OUT ?= gpu-results
+GPU_PART ?= quick
+gpu-check:
+	@if [ -d .whl ]; then $(PYTHON) -m pip install -q --no-index --no-deps --no-compile \
+		--upgrade --target .gpu-site .whl/*.whl; fi
+	PYTHONPATH=$(CURDIR)/.gpu-site:$(CURDIR) $(PYTHON) -m bench.gpu_check --out $(GPU_OUT) \
+		--part $(GPU_PART)
+
+gpu-wheels: install
+	$(PY) -m bench.gpu_wheels --dest .whl
 
 clean:
 	rm -rf $(VENV) $(XLA_VENV) $(LANES_DIR) runs demo

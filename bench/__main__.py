@@ -86,8 +86,10 @@ def section(name: str, quick: bool, notebooks: list[str] | None, figures: Path,
         res = bench_sweep.run(**kwargs)
         return bench_sweep.report(res), res
     if name == "gpu":
+        from bench.gpu_check import BENCHMARKS_NOTE
+
         res = bench_gpu.run(**kwargs)
-        return bench_gpu.report(res), res
+        return bench_gpu.report(res) + "\n\n" + BENCHMARKS_NOTE.rstrip("\n"), res
     module = {"loop": bench_loop, "pipeline": bench_pipeline}[name]
     res = module.run(**kwargs)
     return module.report(res, _rel(module.plot(res, figures), out)), res
