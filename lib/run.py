@@ -8,17 +8,20 @@ epoch is duplicated or missing),
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 
-from lib import experiment
+from lib import atomic, experiment
 from lib import progress as progress_mod
 from lib.checkpoint import Checkpoints
 from lib.clock import Clock
 from lib.errors import OutDirError
 from lib.metrics import write_jsonl
 from lib.platforms import Storage, storage
+
+STOPPED = "STOPPED.json"  # the run stopped before a session limit and is not finished
 
 
 def check_writable(out_dir: Path) -> Path:
@@ -89,6 +92,7 @@ class Run:
         self.history = list(history)
         if not self.main:
             return
+        (self.dir / STOPPED).unlink(missing_ok=True)  # this session takes over
         write_jsonl(self.metrics_path, self.history)
         if self._tb_enabled:
             from torch.utils.tensorboard import SummaryWriter
@@ -136,6 +140,15 @@ class Run:
                  f"(limit {self.clock.limit_hours:g} h). Training stops itself, saved, before "
                  f"the limit (now at epoch {done}); to continue: {self.storage.carry_over}. "
                  "Or reduce EPOCHS.")
+
+    def stop(self, epoch: int, batch: int) -> None:
+        """Training stopped itself, saved at (epoch, batch), before the session limit: say
+        what to do next, and leave STOPPED.json (a sweep reads it: the run is not done)."""
+        self.stopped = True
+        if self.main:
+            atomic.write_text(self.dir / STOPPED, json.dumps(
+                {"position": [epoch, batch], "limit_hours": self.clock.limit_hours}))
+        self.log(self.stop_line(epoch, batch))
 
     def stop_line(self, epoch: int, batch: int) -> str:
         """What the loop says when it stops before the session limit."""

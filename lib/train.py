@@ -342,8 +342,7 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
         # Between epochs (not before this session's first step): stop when the limit is near.
         if epoch > start_epoch and agree(dist, STOP if dist.main and run.clock.must_stop()
                                          else NOTHING, backend.device) == STOP:
-            run.stopped = True
-            run.log(run.stop_line(epoch, 0))
+            run.stop(epoch, 0)
             break
         t0 = time.perf_counter()
         if first_epoch[0]:
@@ -358,8 +357,7 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
                                           start_batch=start_batch, max_batches=max_batches,
                                           partial=partial, on_step=on_step))
         except _Stop as stop:
-            run.stopped = True
-            run.log(run.stop_line(stop.epoch, stop.batch))
+            run.stop(stop.epoch, stop.batch)
             break
         train_seconds = time.perf_counter() - t0
         on_eval_batch()  # the evaluation's start

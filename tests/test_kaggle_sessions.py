@@ -66,6 +66,7 @@ def test_a_session_stops_itself_saved_before_the_limit_and_the_notebook_exits_0(
     assert "STOPPED before the session limit" in out
     assert "Add Input -> Notebook Output" in out  # the advice true on Kaggle
     assert [p.name for p in (run / "checkpoints").glob("ckpt-*.pt")] == ["ckpt-e0000-b000001.pt"]
+    assert (run / "STOPPED.json").is_file()  # a sweep reads it: the run is not finished
     # Nothing attached: one line says how to carry the run over.
     advice = [line for line in out.splitlines() if line.startswith("no earlier run")]
     assert len(advice) == 1 and "Save Version again" in advice[0], out[-2000:]
@@ -87,7 +88,7 @@ def test_the_next_session_resumes_from_the_attached_output_and_ends_as_one_run(f
     assert "resumed from" in out and "at epoch 0, batch 1" in out
     a, b = (r.joinpath("working", *RUN) for r in (tmp_path / "clean", root))
     history = read_jsonl(b / "metrics.jsonl")
-    assert [r["epoch"] for r in history] == [1, 2, 3]
+    assert [r["epoch"] for r in history] == [1, 2, 3] and not (b / "STOPPED.json").exists()
     assert strip_timing(history) == strip_timing(read_jsonl(a / "metrics.jsonl"))
     (name_a, wa), (name_b, wb) = final_weights(a), final_weights(b)
     assert name_a == name_b
