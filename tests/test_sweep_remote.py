@@ -210,8 +210,32 @@ def test_colab_cell_that_fails_is_one_line_and_the_vm_is_still_released(tmp_path
     assert proc.returncode == 1
     failed = [line for line in proc.stderr.splitlines() if line.startswith("cell ")]
     assert len(failed) == 1 and failed[0].startswith("cell seed=1 failed: DeviceError: ")
-    assert [c[0] for c in colab_calls(tmp_path)] == ["new", "exec", "stop"]
+    assert "no progress in 2 attempts in a row" in failed[0]
+    # Each VM: the notebook, then packing (nothing to pack: no download), then released.
+    assert [c[0] for c in colab_calls(tmp_path)] == ["new", "exec", "exec", "stop"] * 2
     assert not any((tmp_path / "vms").iterdir())
+
+
+@pytest.mark.notebook
+def test_colab_cell_that_does_not_finish_runs_again_from_its_uploaded_partial_run(tmp_path):
+    """The first VM's session ends (the stand-in's shortened limit) after a step: the notebook
+    stops itself, saved; packing and downloading still run, and the next VM gets that run
+    uploaded before the notebook, which resumes it and finishes."""
+    out = tmp_path / "c"
+    args = ["fashion_mnist", "--grid", "SEED=1", *COLAB_SMOKE[:6], "-p", "EPOCHS", "2",
+            "-p", "DATA_DIR", "/content/data", "--out", str(out), "--on", "colab"]
+    proc = sweep(*args, env=colab_env(tmp_path, COLAB_FAKE_ENV=json.dumps(
+        {"OMP_NUM_THREADS": "1"}), COLAB_FAKE_LIMITS="[1e-9]"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stopped itself before the session limit; running it again" in proc.stdout
+    calls = [c[0] for c in colab_calls(tmp_path)]
+    assert calls == ["new", "exec", "exec", "download", "stop",
+                     "new", "upload", "exec", "exec", "exec", "download", "stop"]
+    executed = (out / "cells" / "seed=1" / "notebook.ipynb").read_text()
+    assert "resumed from" in executed and "at epoch 0, batch 1" in executed
+    run = out / "cells" / "seed=1" / "run"
+    records = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2] and not (run / "STOPPED.json").exists()
 
 
 def test_colab_without_credentials_is_one_line_and_resumable(tmp_path):

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from lib import atomic
 from lib.cli import NOTEBOOKS, UsageError
-from lib.sweep.cell import fail, finish
+from lib.sweep.cell import add_session_limit, fail, finish, keep_output, progress_of
 
 REMOTE_WORK = "/kaggle/working"
 REMOTE_OUT = f"{REMOTE_WORK}/out"  # the cell's OUT_DIR on Kaggle; gathered as out/...
@@ -143,12 +143,7 @@ def prepare(cell, owner: str | None, attempt: int = 1, source: str | None = None
     nb = load_notebook_node(str(NOTEBOOKS / platform / f"{workload}.ipynb"))  # as papermill
     params = {**spec["params"], "OUT_DIR": REMOTE_OUT}
     nb = parameterize_notebook(nb, params, kernel_name="python3", language="python")
-    if minutes:
-        at = next(i for i, c in enumerate(nb.cells)
-                  if "injected-parameters" in c.metadata.get("tags", []))
-        nb.cells.insert(at + 1, nbformat.v4.new_code_cell(
-            f'import os\nos.environ["TA_SESSION_HOURS"] = "{minutes / 60!r}"  # --time',
-            metadata={"tags": ["session-limit"]}))
+    add_session_limit(nb, minutes)
     nbformat.write(nb, folder / "notebook.ipynb")
     atomic.write_text(folder / "kernel-metadata.json", json.dumps(meta, indent=2))
     return folder, meta["id"]
@@ -180,25 +175,10 @@ def _download(api, cell, ref: str) -> Path:
     return remote / "out"
 
 
-def progress_of(got: Path) -> list[str]:
-    """What a cell's output has trained: each run folder's newest checkpoint."""
-    if not got.is_dir():
-        return []
-    newest = {}
-    for ckpt in sorted(got.rglob("ckpt-*.pt")):
-        newest[str(ckpt.parent.relative_to(got))] = ckpt.name
-    return sorted(f"{k}/{v}" for k, v in newest.items())
-
-
 def _keep(cell, got: Path) -> Path:
-    """Copy what the kernel produced into the cell's run folder (or the shared OUT)."""
+    """What the kernel produced, into the cell's run folder (or the shared OUT)."""
     target = cell.dir.parent.parent if cell.spec().get("shared_out") else cell.dir / "run"
-    if got.is_dir():
-        shutil.copytree(got, target, dirs_exist_ok=True, copy_function=shutil.copy)
-        for marker in target.rglob(STOPPED):  # an earlier attempt's, its run since resumed
-            if not (got / marker.relative_to(target)).exists():
-                marker.unlink()
-    return target
+    return keep_output(got, target, STOPPED)
 
 
 def judge(status: str, got: Path, failure: str, state: dict) -> tuple[str, str, dict]:
