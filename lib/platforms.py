@@ -36,6 +36,7 @@ DEVICE_CHOICES = ("auto", "cuda", "xla", "mps", "cpu")  # DEVICE: "auto" or a de
 DRIVE_MOUNT_ENV = "TA_COLAB_DRIVE"  # where Drive is mounted; tests point it at a temp dir
 KAGGLE_ROOT_ENV = "TA_KAGGLE_ROOT"  # where /kaggle is; the Kaggle stand-ins point it elsewhere
 COLAB_CONTENT_ENV = "TA_COLAB_CONTENT"  # Colab's VM disk (/content); tests point it elsewhere
+DRIVE_ENV = "TA_DRIVE"  # "off": never mount Drive (no browser here to authorise it)
 SESSION_HOURS_ENV = "TA_SESSION_HOURS"  # shortens the session limit (tests; a user's own cap)
 SESSION_STARTED_ENV = "TA_SESSION_STARTED"  # the session's start (epoch s), for its children
 KAGGLE_OUTPUT_GB = 20.0  # what a version keeps of /kaggle/working (kaggle.com/docs/notebooks)
@@ -132,6 +133,10 @@ def drive_root() -> Path:
     return Path(os.environ.get(DRIVE_MOUNT_ENV, "/content/drive"))
 
 
+def drive_mounted() -> bool:
+    return (drive_root() / "MyDrive").is_dir()
+
+
 @dataclass(frozen=True)
 class Storage:
     """Where a runtime keeps each kind of file (module docstring), and what survives there."""
@@ -147,6 +152,12 @@ class Storage:
 
 def storage(runtime: str) -> Storage:
     """The storage roles of `runtime` ("colab", "kaggle", "local")."""
+    if runtime == "colab" and not drive_mounted():
+        # No Drive (a VM run by `colab exec`, papermill, TA_DRIVE=off): all on the VM's disk.
+        local = colab_content() / "train-anywhere"
+        return Storage(local, local / "runs", keeps="on this VM's disk only: lost with the VM "
+                       "unless downloaded", carry_over="download the run folder before the VM "
+                       "ends, or run the notebook in a browser session, which mounts Drive")
     if runtime == "colab":
         # Data on the VM's disk (Drive is a slow FUSE mount); run folders on Drive.
         base = drive_root() / "MyDrive" / "train-anywhere"

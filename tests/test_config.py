@@ -60,6 +60,9 @@ def test_default_paths_follow_the_runtime(monkeypatch, tmp_path):
     assert str(data) == "/kaggle/temp/train-anywhere/data"  # not counted against its 20 GB
     monkeypatch.setenv("TA_COLAB_DRIVE", str(tmp_path / "drive"))
     monkeypatch.setenv("TA_COLAB_CONTENT", str(tmp_path / "content"))
+    data, out = make().paths("colab")  # Drive not mounted: all on the VM's disk
+    assert out == tmp_path / "content/train-anywhere/runs/fashion_mnist"
+    (tmp_path / "drive" / "MyDrive").mkdir(parents=True)  # mounted
     data, out = make().paths("colab")
     assert out == tmp_path / "drive/MyDrive/train-anywhere/runs/fashion_mnist"  # durable
     assert data == tmp_path / "content/train-anywhere/data"  # the VM's disk, not the FUSE mount

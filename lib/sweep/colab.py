@@ -94,6 +94,11 @@ def prepare(cell, minutes: int | None = None) -> Path:
     nb = parameterize_notebook(nb, {**spec["params"], "OUT_DIR": REMOTE_OUT},
                                kernel_name="python3", language="python")
     add_session_limit(nb, minutes)
+    # `colab exec` has no browser to answer Drive's authorisation: never wait on a mount.
+    nb.cells.insert(1 + next(i for i, c in enumerate(nb.cells)
+                             if "injected-parameters" in c.metadata.get("tags", [])),
+                    nbformat.v4.new_code_cell('import os\nos.environ["TA_DRIVE"] = "off"',
+                                              metadata={"tags": ["no-drive"]}))
     nbformat.write(nb, folder / "notebook.ipynb")
     (folder / "pack.py").write_text(PACK)
     (folder / "unpack.py").write_text(UNPACK)
