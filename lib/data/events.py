@@ -43,6 +43,13 @@ CIFAR10DVS_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "f
 DVSGESTURE_LIGHTING = ("fluorescent", "led", "natural")
 
 
+# tonic's own "extracted" threshold per dataset (its `_check_exists`: nmnist.py, dvsgesture.py,
+# cifar10dvs.py), which also demands the downloaded archive beside the folder; attached
+# datasets (Kaggle) come extracted, without it.
+EXTRACTED = {"nmnist": (10000, ".bin"), "dvsgesture": (100, ".npy"),
+             "cifar10dvs": (1000, ".aedat4")}
+
+
 def _write_sample(name: str, folder: Path) -> Path:
     """The offline sample of `name` in its real format (the writer imports this module)."""
     from lib.data import events_sample
@@ -268,6 +275,10 @@ def load_events(name: str, root: Path, train: bool | None, transform=None, *,
     kwargs = {} if name == "cifar10dvs" else {"train": bool(train)}
     if sample:  # only sample files skip tonic's "archive present and >= N files" check
         cls = type(cls.__name__, (cls,), {"_check_exists": lambda self: True})
+    else:  # an extracted folder counts without its archive (a read-only Kaggle dataset)
+        n, ext = EXTRACTED[name]
+        cls = type(cls.__name__, (cls,), {"_check_exists": lambda self: (
+            self._folder_contains_at_least_n_files_of_type(n, ext))})
     try:
         ds = cls(str(root), transform=transform, **kwargs)
     except (OSError, RuntimeError) as exc:  # the download failed or its md5 did not match
