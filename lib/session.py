@@ -154,10 +154,10 @@ def _run_folder(cfg: RunConfig, out_dir: Path, global_batch: int, grid: bool,
 
 def _clock(platform: Platform, runtime: str, dist: Dist) -> Clock:
     """This session's clock; processes it launches inherit its start (TA_SESSION_STARTED)."""
-    started = process_started_at()
-    if dist.main:
+    started, limit = process_started_at(), session_limit_hours(platform, runtime)
+    if dist.main and limit is not None:
         os.environ.setdefault(SESSION_STARTED_ENV, repr(started))
-    return Clock(started, session_limit_hours(platform, runtime))
+    return Clock(started, limit)
 
 
 def where_line(data_dir: Path, out_dir: Path, roles: Storage, clock: Clock) -> str:

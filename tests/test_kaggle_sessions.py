@@ -103,3 +103,22 @@ def test_an_attached_run_of_a_changed_experiment_is_refused(first, tmp_path):
     assert rc != 0
     assert "ExperimentChanged: the attached run" in out and "LR 1.0 -> 0.5" in out, out[-2000:]
     assert not root.joinpath("working", *RUN, "checkpoints").exists()
+
+
+def test_a_study_grid_stopped_by_the_limit_marks_no_run_finished(tmp_path):
+    """A run of the optimizer study stopped before the limit gets no DONE.json (it is not
+    finished), the grid goes no further, and the notebook still ends normally."""
+    study = dict(PLATFORM="kaggle_p100", DEVICE="cpu", SMOKE=True, SAMPLE_DATA=True, EPOCHS=2,
+                 SMOKE_BATCHES=2, BATCH_SIZE=8, OPTIMIZERS=["adamw"], SEEDS=[0, 1])
+    script = notebook_script("optimizer_study", study, tmp_path / "study.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TA_")}
+    env.update(KAGGLE_KERNEL_RUN_TYPE="Batch", TA_KAGGLE_ROOT=str(tmp_path / "k"),
+               MPLBACKEND="Agg", TA_SESSION_HOURS="1e-9")
+    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=ROOT, timeout=600,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    grid = tmp_path / "k" / "working" / "runs" / "optimizer_study"
+    runs = sorted(p for p in grid.iterdir() if p.is_dir())
+    assert len(runs) == 1 and (runs[0] / "STOPPED.json").is_file()
+    assert not list(grid.rglob("DONE.json"))
+    assert "No run of this setting has finished yet" in proc.stdout
