@@ -50,9 +50,11 @@ def test_every_checkpoint_and_its_rename_are_fsynced(tmp_path, monkeypatch):
     ("kaggle", "Save Version again with this version's output attached"),
     ("colab", "re-run the notebook: it resumes from the run folder on Drive")])
 def test_eta_beyond_the_time_left_warns_once_with_the_platforms_fix(tmp_path, capsys, runtime,
-                                                                    advice):
+                                                                    advice, monkeypatch):
     """Measured against the time this session has left (10 of 12 h gone: 2 h), not the
     whole limit: 5 h of training fit in 12 h but not in the 2 h left."""
+    monkeypatch.setenv("TA_COLAB_DRIVE", str(tmp_path / "drive"))
+    (tmp_path / "drive" / "MyDrive").mkdir(parents=True)  # Drive mounted
     clock = Clock(time.time() - 10 * 3600, 12.0)
     run = make(tmp_path, clock=clock, storage=storage(runtime))
     run.begin([], 0)
