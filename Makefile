@@ -2,21 +2,25 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# torch is pinned here, not in pyproject.toml: Colab/Kaggle/TPU runtimes ship their own build.
-TORCH := torch==2.14.1 torchvision==0.29.1
-# The XLA lane: torch_xla X.Y needs torch X.Y exactly; never the [tpu] extra on a CPU machine.
+# Every package of a venv, torch included, comes from a lock with hashes (requirements/*.lock),
+# so a fresh machine installs exactly what the last green CI ran; `make lock` refreshes them.
+LOCK := requirements/main.lock
+# The XLA lane: torch_xla X.Y needs torch X.Y exactly (requirements/xla.in).
 XLA_VENV ?= .venv-xla
 XLA_PY := $(XLA_VENV)/bin/python
-XLA_TORCH := torch==2.9.0 torchvision==0.24.0 torch-xla==2.9.0
+XLA_LOCK := requirements/xla.lock
+UV_COMPILE = $(VENV)/bin/uv pip compile --quiet --upgrade --generate-hashes \
+	--custom-compile-command "make lock"
 # One lane per hosted image of images.toml (tests/lanes.py builds them with uv).
 LANES_DIR ?= .lanes
 JOBS ?= 2
 # Tests run JOBS workers, each starting notebook kernels and subprocesses: one intra-op
 # thread apiece keeps 2 cores from thrashing (torch's default would take every core each).
 
-.PHONY: install install-xla lanes demo test test-main test-xla test-lanes lint notebooks check bench clean
+.PHONY: install install-xla lock lanes demo test test-main test-xla test-lanes lint notebooks check bench clean
 
-# A venv $(1) with the torch pins $(2) and the library. First one line, not pip's "no matching
+# A venv $(1) with exactly the packages of lock $(2), then the library itself (no deps: the
+# lock has them all). First one line, not pip's "no matching
 # distribution", when PYTHON is too old (a Mac's python3 is Apple's 3.9).
 define make_venv
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v >= (3, 11) else \
@@ -24,18 +28,29 @@ define make_venv
 	"(python.org, or brew install python@3.12 on a Mac) and run make again with PYTHON=python3.12" % v)'
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install --quiet --upgrade pip
-	$(1)/bin/python -m pip install --quiet $(2)
-	$(1)/bin/python -m pip install --quiet -e ".[dev]"
+	$(1)/bin/python -m pip install --quiet --require-hashes --no-deps -r $(2)
+	$(1)/bin/python -m pip install --quiet --no-deps -e .
+	$(1)/bin/python -m pip check
 	touch $@
 endef
 
 install: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
-	$(call make_venv,$(VENV),$(TORCH))
+$(VENV)/.installed: pyproject.toml $(LOCK)
+	$(call make_venv,$(VENV),$(LOCK))
 
 install-xla: $(XLA_VENV)/.installed
-$(XLA_VENV)/.installed: pyproject.toml
-	$(call make_venv,$(XLA_VENV),$(XLA_TORCH))
+$(XLA_VENV)/.installed: pyproject.toml $(XLA_LOCK)
+	$(call make_venv,$(XLA_VENV),$(XLA_LOCK))
+
+# Refresh every lock to the newest versions the ranges allow (README, "Locked versions"); then
+# `make test` proves them and the commit carries them. main.lock covers Linux, macOS and
+# Python 3.11+ (markers pick per machine); the hosted images' bootstrap locks follow images.toml.
+lock: install
+	$(UV_COMPILE) --universal --python-version 3.11 --extra dev --extra jupyter \
+		pyproject.toml requirements/main.in -o $(LOCK)
+	$(UV_COMPILE) --python-platform x86_64-manylinux_2_28 --python-version 3.11 --extra dev \
+		pyproject.toml requirements/xla.in -o $(XLA_LOCK)
+	$(PY) -m tests.lanes lock
 
 notebooks: install
 	$(PY) build_notebooks.py
@@ -54,11 +69,13 @@ demo: install
 test: test-main test-xla test-lanes
 
 test-main: install
+	OMP_NUM_THREADS=1 $(PY) -m tests.environment
 	$(VENV)/bin/ruff check .
 	$(PY) build_notebooks.py --check
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) -m "not xla and not lane" tests
 
 test-xla: install-xla
+	OMP_NUM_THREADS=1 $(XLA_PY) -m tests.environment
 	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -n $(JOBS) -m xla tests
 
 # Rebuilt from nothing every time (uv links from its cache): a lane holds the image's pins

@@ -14,6 +14,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from lib.platforms import DRIVE_ENV, detect_runtime, drive_mounted, drive_root, get_platform
@@ -37,18 +38,61 @@ def missing_requirements(find_spec=importlib.util.find_spec) -> list[str]:
     return [req for name, req in REQUIREMENTS.items() if find_spec(name) is None]
 
 
-def pip_command(requirements: list[str]) -> list[str]:
-    return [sys.executable, "-m", "pip", "install", "--quiet", *requirements]
+def pip_command(requirements: list[str], constraints: Path | None = None) -> list[str]:
+    pinned = ["-c", str(constraints)] if constraints else []
+    return [sys.executable, "-m", "pip", "install", "--quiet", *pinned, *requirements]
 
 
-def install_missing(run=subprocess.run, find_spec=importlib.util.find_spec) -> list[str]:
-    """pip-install what is missing; return the requirements installed."""
+def image_entry(platform_name: str, root: Path) -> tuple[str, dict] | None:
+    """(name, entry) of the hosted image in images.toml that `platform_name` is tested on."""
+    import tomllib  # Python 3.11+; every hosted image has it
+
+    manifest = Path(root) / "images.toml"
+    if not manifest.is_file():
+        return None
+    images = tomllib.loads(manifest.read_text())["images"]
+    return next(((n, i) for n, i in images.items() if platform_name in i["platforms"]), None)
+
+
+def image_lock(platform_name: str, root: Path) -> Path | None:
+    """requirements/images/<image>.txt: the exact versions of what the bootstrap installs on
+    this platform's image, as its CI lane last passed with them (`make lock` writes it)."""
+    found = image_entry(platform_name, root)
+    lock = Path(root) / "requirements" / "images" / f"{found[0]}.txt" if found else None
+    return lock if lock and lock.is_file() else None
+
+
+def absent_pins(lock: Path, version=importlib.metadata.version) -> list[str]:
+    """The `name==version` lines of `lock` whose package is not installed here: pins for what
+    pip will add, never a change to a package the runtime already has."""
+    pins = []
+    for line in lock.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" not in line:
+            continue
+        try:
+            version(line.split("==")[0].strip())
+        except importlib.metadata.PackageNotFoundError:
+            pins.append(line)
+    return pins
+
+
+def install_missing(run=subprocess.run, find_spec=importlib.util.find_spec,
+                    lock: Path | None = None, version=importlib.metadata.version) -> list[str]:
+    """pip-install what is missing, at the versions of `lock` (those the image's lane tested);
+    return the requirements installed."""
     missing = missing_requirements(find_spec)
     if not missing:
         print("bootstrap: every requirement is already installed")
         return []
-    cmd = pip_command(missing)
-    print("bootstrap: installing what this runtime lacks:", shlex.join(["pip", *cmd[3:]]))
+    constraints = None
+    if lock is not None:
+        constraints = Path(tempfile.mkdtemp()) / "constraints.txt"
+        constraints.write_text("\n".join(absent_pins(lock, version)) + "\n")
+    cmd = pip_command(missing, constraints)
+    tested = f" (at the versions its CI lane passed with: {lock.name})" if lock else ""
+    print("bootstrap: installing what this runtime lacks" + tested + ":",
+          shlex.join(["pip", *cmd[3:]]))
     run(cmd, check=True)
     return missing
 
@@ -93,16 +137,11 @@ def tested_image_note(platform_name: str, root: Path, version=importlib.metadata
                       python: str | None = None) -> str:
     """One line: the hosted image (images.toml) this platform's notebooks were tested on, and
     any version here that differs from it, the first suspect when something breaks."""
-    import tomllib  # Python 3.11+; every hosted image has it
-
     python = python or f"{sys.version_info[0]}.{sys.version_info[1]}"
-    manifest = Path(root) / "images.toml"
-    if not manifest.is_file():
+    found = image_entry(platform_name, root)
+    if found is None:
         return ""
-    images = tomllib.loads(manifest.read_text())["images"]
-    image = next((i for i in images.values() if platform_name in i["platforms"]), None)
-    if image is None:
-        return ""
+    image = found[1]
     here = {"Python": python}
     for name in ("torch", "torchvision", "torch_xla"):
         if name in image["pins"]:
@@ -129,7 +168,7 @@ def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
         print("bootstrap: PYTORCH_ENABLE_MPS_FALLBACK=1 (ops missing on MPS run on the CPU)")
     runtime = detect_runtime(environ)
     if runtime in ("colab", "kaggle"):
-        install_missing()
+        install_missing(lock=image_lock(platform_name, root))
     if runtime == "colab":
         print(drive_line(environ))
     if platform.accelerator == "xla" and (problem := xla_version_problem()):

@@ -3,6 +3,7 @@
     python -m tests.lanes build [IMAGE ...]   # (re)build .lanes/<image> for each (all if none)
     python -m tests.lanes test [IMAGE ...]    # run each lane's notebooks, two lanes at a time
     python -m tests.lanes show                # the images, their platforms and requirements
+    python -m tests.lanes lock [IMAGE ...]    # write requirements/images/<image>.txt (`make lock`)
 
 A lane is a virtual environment with the image's Python (from pyenv or PATH: a missing one
 fails, it is never skipped) and the image's pinned packages, and nothing the notebook's
@@ -10,6 +11,10 @@ bootstrap installs, so the bootstrap's install list is tested too. It is rebuilt
 nothing on every `make test-lanes` (uv links from its cache: seconds once downloaded). A
 kernelspec `ta-<image>` lets papermill, run from the project's own environment, start the
 notebook's kernel in the lane (tests/test_image_lanes.py).
+
+The bootstrap installs what an image lacks at the versions of requirements/images/<image>.txt,
+the image's bootstrap lock: what its requirements resolve to beside the image's pins, less what
+the image itself brings. The lane installs them the same way, so it tests exactly that.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "images.toml"
+LOCKS = ROOT / "requirements" / "images"
 LANES = Path(os.environ.get("TA_LANES_DIR", ROOT / ".lanes")).resolve()  # kernels start elsewhere
 
 
@@ -113,6 +120,35 @@ def build(name: str, image: dict) -> float:
     return time.monotonic() - start
 
 
+def resolve(requirements: list[str], python: str) -> dict[str, str]:
+    """name -> version that uv resolves `requirements` to on Linux x86_64 (the hosted images)
+    under Python `python`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "requirements.in"
+        source.write_text("\n".join(requirements) + "\n")
+        out = subprocess.run([_uv(), "pip", "compile", "--quiet", "--no-header", "--no-annotate",
+                              "--python-version", python, "--python-platform",
+                              "x86_64-manylinux_2_28", str(source)],
+                             capture_output=True, text=True, check=True)
+    return dict(line.strip().split("==", 1) for line in out.stdout.splitlines() if "==" in line)
+
+
+def lock(name: str, image: dict) -> Path:
+    """Write requirements/images/<name>.txt: what the bootstrap adds to image `name`, pinned."""
+    from lib.bootstrap import REQUIREMENTS
+
+    brought = resolve(requirements(image), image["python"])
+    wanted = resolve(requirements(image) + sorted(set(REQUIREMENTS.values())), image["python"])
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    path = LOCKS / f"{name}.txt"
+    path.write_text(
+        f"# What the bootstrap installs on the {image['title']} image (Python {image['python']}, "
+        f"pins of images.toml read {image['read']}),\n# beside what the image brings; written by "
+        "`make lock`, tested by the image's lane.\n"
+        + "".join(f"{k}=={v}\n" for k, v in sorted(wanted.items()) if k not in brought))
+    return path
+
+
 def installed(name: str) -> dict[str, str]:
     """Distribution name (normalised) -> version, as the lane's Python sees them."""
     code = ("import importlib.metadata as m, json; print(json.dumps({d.metadata['Name'].lower()"
@@ -166,7 +202,7 @@ def main(argv: list[str]) -> int:
             print(f"{name}: Python {image['python']}, platforms {', '.join(image['platforms'])}:"
                   f" {' '.join(requirements(image))}")
         return 0
-    if argv[:1] not in (["build"], ["test"]):
+    if argv[:1] not in (["build"], ["test"], ["lock"]):
         print(__doc__.split("\n\n")[1])
         return 2
     names = argv[1:] or list(known)
@@ -176,6 +212,10 @@ def main(argv: list[str]) -> int:
         return 2
     if argv[0] == "test":
         return test(names, int(os.environ.get("JOBS", "2")))
+    if argv[0] == "lock":
+        for name in names:
+            print(f"lane {name}: {lock(name, known[name]).relative_to(ROOT)}")
+        return 0
     for name in names:
         print(f"lane {name}: built in {build(name, known[name]):.0f} s at {lane_dir(name)}",
               flush=True)

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,35 @@ def test_only_missing_requirements_are_installed_never_torch(capsys):
     assert not any(a.split(">")[0].split("=")[0] in ("torch", "torchvision") for a in calls[0])
     # The printed command quotes each requirement (an unquoted '>' is a shell redirect).
     assert "'tonic>=1.5'" in capsys.readouterr().out
+
+
+def test_missing_requirements_install_at_the_image_lock_never_moving_what_is_there(tmp_path):
+    """The lock pins what pip adds (the versions the image's lane tested); a package the runtime
+    already has is left out of the constraints, so pip never changes it."""
+    lock = tmp_path / "colab_gpu.txt"
+    lock.write_text("# header\nsnntorch==1.0.0\nrequests==2.34.2\ntonic==1.7.0\n")
+    here = {"requests": "2.31.0"}  # the runtime has its own requests
+
+    def version(name):
+        if name not in here:
+            raise bootstrap.importlib.metadata.PackageNotFoundError(name)
+        return here[name]
+
+    calls = []
+    bootstrap.install_missing(run=lambda cmd, check: calls.append(cmd),
+                              find_spec=lambda name: None, lock=lock, version=version)
+    (cmd,) = calls
+    constraints = Path(cmd[cmd.index("-c") + 1]).read_text().split()
+    assert constraints == ["snntorch==1.0.0", "tonic==1.7.0"]
+    assert "snntorch>=0.9" in cmd  # the ranges stay the requirements; the lock picks the version
+
+
+def test_every_platform_on_an_image_finds_its_committed_lock():
+    root = Path(bootstrap.__file__).resolve().parent.parent
+    for name in ("colab_t4", "colab_tpu", "kaggle_p100", "kaggle_t4x2", "kaggle_tpu"):
+        lock = bootstrap.image_lock(name, root)
+        assert lock is not None and "snntorch==" in lock.read_text(), name
+    assert bootstrap.image_lock("local_mps", root) is None
 
 
 def test_nothing_is_installed_when_everything_is_there():
