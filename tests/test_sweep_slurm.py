@@ -112,19 +112,20 @@ def test_sweep_runs_as_one_array_and_is_quiet(slurm, tmp_path):
 
 
 def test_cell_killed_at_its_time_limit_requeues_and_finishes(cluster, tmp_path):
-    """--time 1 (minute) on a cell that trains for about three: USR2 comes before the limit,
+    """--time 1 (minute) on a cell that needs two to three (60 smoke epochs, ~1.5 s each
+    here, and ~20 s to start each time): USR2 comes before the limit,
     the task requeues itself and its notebook goes on from the newest checkpoint, until all
     epochs are done; each epoch is in metrics.jsonl once, and the cell's line says how many
     requeues it took."""
     out = tmp_path / "rq"
-    epochs = 100
+    epochs = 60
     proc = sweep(out, tmp_path / "data", "--grid", "SEED=0", "-p", "EPOCHS", str(epochs),
                  "--time", "1", "--max-requeues", "12", timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     quiet(proc)
     cell = out / "cells" / "seed=0"
     requeues = len((cell / "requeues.jsonl").read_text().splitlines())
-    assert requeues >= 2
+    assert requeues >= 1
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("[1/1]"))
     assert f"requeued {requeues} times" in line
     records = [json.loads(r) for r in (cell / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -144,8 +145,9 @@ def test_unknown_partition_is_one_line_naming_sinfos(cluster, tmp_path):
 
 
 def test_gpus_become_the_gres_line_the_scheduler_allocates(cluster, tmp_path):
-    """--gpus 2 is `--gres=gpu:2` in the array's script, and Slurm gives the task both of
-    the node's GPUs (its TRES); more GPUs than the node has is sbatch's one line."""
+    """--gpus 2 is `--gres=gpu:2` in the array's script, which Slurm reads as two GPUs per
+    node (the job's TresPerNode) and runs on the node's two; more GPUs than the node has is
+    sbatch's refusal in one line."""
     out = tmp_path / "g"
     proc = sweep(out, tmp_path / "data", "--grid", "SEED=0", "-p", "EPOCHS", "1",
                  "--partition", "gpu", "--gpus", "2", "--time", "10")
@@ -156,7 +158,8 @@ def test_gpus_become_the_gres_line_the_scheduler_allocates(cluster, tmp_path):
     job = json.loads((out / "cells" / "seed=0" / "slurm.json").read_text())["job_id"]
     shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True,
                            text=True, timeout=60)
-    assert "gres/gpu=2" in shown.stdout, shown.stdout + shown.stderr
+    assert "TresPerNode=gres:gpu:2" in shown.stdout and "Partition=gpu" in shown.stdout, \
+        shown.stdout + shown.stderr
 
     too_many = sweep(tmp_path / "g3", tmp_path / "data", "--grid", "SEED=0", "--gpus", "3",
                      timeout=120)

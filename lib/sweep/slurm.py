@@ -24,8 +24,10 @@ slurmdbd, so `sacct` fails) is followed with `squeue` instead, said once in one 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -113,7 +115,7 @@ def signal_delay(minutes: int | None) -> int:
     last look before `end - delay`, so up to 30 s earlier than asked (sbatch(1) --signal:
     "may be sent up to 60 seconds earlier"), and always at an earlier look than the one that
     kills the job. Measured here with --time 1: USR2@30 came 14-17 s after the start (too
-    early for a cell to get anywhere), USR2@10 at 30-50 s."""
+    early for a cell to get anywhere), USR2@10 at 34-48 s."""
     return 90 if minutes is None or minutes >= 10 else 10
 
 
@@ -146,19 +148,38 @@ def executor(args, out: Path):
     return ex
 
 
-def _submit(ex, cells: list):
+@contextlib.contextmanager
+def _stderr_into(path: Path):
+    """Send this process's fd 2 to `path` meanwhile: submitit runs sbatch with our stderr."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as f:
+        os.dup2(f.fileno(), 2)
     try:
-        return ex.map_array(CellTask(), [str(c.dir) for c in cells])
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _submit(ex, cells: list, out: Path):
+    from submitit.core.utils import FailedJobError  # what submitit raises when sbatch fails
+
+    try:
+        with _stderr_into(out / "slurm" / "sbatch.err"):  # its errors come back below
+            return ex.map_array(CellTask(), [str(c.dir) for c in cells])
     except FileNotFoundError as exc:  # no sbatch here
         raise UsageError(f"cannot submit to Slurm ({exc.filename or exc} not found): run the "
                          "sweep on a Slurm login node, or try it here with --cluster local."
                          ) from None
-    except subprocess.CalledProcessError as exc:  # sbatch refused: its own error line
-        text = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else \
-            str(exc.output or exc)
-        line = next((ln.strip() for ln in text.splitlines() if "error" in ln.lower()),
-                    text.strip().splitlines()[-1] if text.strip() else str(exc))
-        raise UsageError(f"sbatch refused the array: {line}") from None
+    except (subprocess.CalledProcessError, FailedJobError) as exc:  # sbatch refused
+        out = getattr(exc, "output", None)
+        text = out.decode(errors="replace") if isinstance(out, bytes) else str(out or exc)
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()] or [type(exc).__name__]
+        line = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1])
+        raise UsageError(f"sbatch refused the array: {line.removeprefix('sbatch: ')}") from None
 
 
 def _reason(exc: Exception) -> str:
@@ -177,7 +198,7 @@ def run(cells: list, args, out: Path) -> None:
         watcher = submitit_slurm.SlurmJob.watcher = _squeue_watcher()
         print("Slurm accounting is off on this cluster (sacct has no jobs): following the "
               "array with squeue", flush=True)
-    jobs = _submit(ex, cells)
+    jobs = _submit(ex, cells, out)
     for cell, job in zip(cells, jobs, strict=True):
         (cell.dir / "slurm.json").write_text(json.dumps({"job_id": job.job_id}))
         if watcher is not None:
