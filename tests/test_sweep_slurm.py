@@ -167,3 +167,35 @@ def test_gpus_become_the_gres_line_the_scheduler_allocates(cluster, tmp_path):
     lines = too_many.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("train-anywhere sweep: sbatch refused"), \
         too_many.stderr
+
+
+def test_cell_requeued_by_the_scheduler_goes_on_from_its_checkpoint(cluster, tmp_path):
+    """What PreemptMode=REQUEUE does to a running task (`scontrol requeue`, slurm.conf(5)):
+    killed and queued again. The task starts over, its notebook resumes from the newest
+    checkpoint, and each epoch is recorded once."""
+    import time
+
+    out, epochs = tmp_path / "pre", 30
+    cmd = [sys.executable, "-m", "lib", "sweep", "fashion_mnist", "-p", "SMOKE", "True",
+           "-p", "SAMPLE_DATA", "True", "-p", "DATA_DIR", str(tmp_path / "data"), "-p", "EPOCHS",
+           str(epochs), "--grid", "SEED=0", "--out", str(out), "--on", "slurm", "--time", "30"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    metrics = out / "cells" / "seed=0" / "run" / "metrics.jsonl"
+    try:
+        end = time.monotonic() + 300
+        while time.monotonic() < end and not (metrics.exists() and
+                                               len(metrics.read_text().splitlines()) >= 3):
+            time.sleep(1)
+        done_before = len(metrics.read_text().splitlines())
+        assert 3 <= done_before < epochs
+        job = json.loads((out / "cells" / "seed=0" / "slurm.json").read_text())["job_id"]
+        subprocess.run(["scontrol", "requeue", job], check=True, timeout=60)
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stdout + stderr
+    records = [json.loads(r) for r in metrics.read_text().splitlines()]
+    assert [r["epoch"] for r in records] == list(range(1, epochs + 1))
+    sessions = (out / "cells" / "seed=0" / "run" / "sessions.jsonl").read_text().splitlines()
+    assert len(sessions) == 2
