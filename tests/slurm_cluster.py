@@ -207,6 +207,21 @@ class Cluster:
         return found
 
 
+def _call(command: list[str], env: dict) -> int:
+    """Run `command`; if we are stopped meanwhile, stop it too (it would wait on a dead
+    cluster)."""
+    child = subprocess.Popen(command, env=env)
+    try:
+        return child.wait()
+    finally:
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
 def run(command: list[str]) -> int:
     """Run `command` against a fresh cluster (stopped afterwards), or on TA_SLURM=local."""
     # SIGTERM (a CI job cancelled) unwinds like Ctrl-C, so `finally` stops the daemons.
@@ -225,11 +240,10 @@ def run(command: list[str]) -> int:
                 return 1
             print(f"slurm tests: no single-node Slurm here ({exc}); the Slurm sweep tests run "
                   "on submitit's local executor instead", flush=True)
-            return subprocess.call(command, env={**os.environ, "TA_SLURM": "local",
-                                                 "TA_SLURM_WHY": str(exc)})
+            return _call(command, {**os.environ, "TA_SLURM": "local", "TA_SLURM_WHY": str(exc)})
         print(f"slurm tests: a single-node Slurm is up (node {cluster.host}, SLURM_CONF="
               f"{cluster.conf})", flush=True)
-        return subprocess.call(command, env={**cluster.env, "TA_SLURM": "cluster"})
+        return _call(command, {**cluster.env, "TA_SLURM": "cluster"})
     finally:
         cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)

@@ -41,10 +41,17 @@ class CellTask:
     """One cell, callable by submitit and checkpointable (a `submitit.helpers.Checkpointable`
     in all but the base class, which would need submitit imported at module import)."""
 
-    def __init__(self) -> None:
+    def __init__(self, submitted: float | None = None) -> None:
         self.requeued = False
+        self.submitted = time.time() if submitted is None else submitted
 
     def __call__(self, cell_dir: str) -> dict:
+        # Requeued without our signal handler (the scheduler's own requeue, as with
+        # PreemptMode=REQUEUE): Slurm counts the restarts; the cell's log says so too.
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+        since = getattr(self, "submitted", 0.0)  # a task pickled before this attribute
+        for _ in range(restarts - requeues(cell_dir, since=since)):
+            _note(cell_dir, "requeued by the scheduler")
         try:
             return run_cell(cell_dir)
         except Exception:
@@ -57,14 +64,21 @@ class CellTask:
         from submitit.helpers import DelayedSubmission
 
         self.requeued = True
-        with open(Path(cell_dir) / "requeues.jsonl", "a") as f:
-            f.write(json.dumps({"at": time.time()}) + "\n")
-        return DelayedSubmission(CellTask(), cell_dir)
+        _note(cell_dir, "signalled (time limit or preemption)")
+        return DelayedSubmission(CellTask(getattr(self, "submitted", 0.0)), cell_dir)
 
 
-def requeues(cell_dir: Path) -> int:
+def _note(cell_dir, why: str) -> None:
+    with open(Path(cell_dir) / "requeues.jsonl", "a") as f:
+        f.write(json.dumps({"at": time.time(), "why": why}) + "\n")
+
+
+def requeues(cell_dir: Path, since: float = 0.0) -> int:
+    """How often the cell was requeued (since the submission at `since`)."""
     path = Path(cell_dir) / "requeues.jsonl"
-    return len(path.read_text().splitlines()) if path.exists() else 0
+    if not path.exists():
+        return 0
+    return sum(json.loads(line)["at"] >= since for line in path.read_text().splitlines())
 
 
 def _slurm(*cmd: str) -> subprocess.CompletedProcess | None:
