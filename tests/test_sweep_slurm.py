@@ -131,8 +131,10 @@ def test_cell_killed_at_its_time_limit_requeues_and_finishes(cluster, tmp_path):
     assert f"requeued {requeues} times" in line
     records = [json.loads(r) for r in (cell / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == list(range(1, epochs + 1))
+    # Trained in several sessions; not always one per start (a start may find all epochs
+    # done and only finish the notebook's last cells).
     sessions = (cell / "run" / "sessions.jsonl").read_text().splitlines()
-    assert len(sessions) >= requeues + 1
+    assert 2 <= len(sessions) <= requeues + 1
 
 
 def test_unknown_partition_is_one_line_naming_sinfos(cluster, tmp_path):

@@ -28,6 +28,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -52,12 +53,29 @@ class CellTask:
         since = getattr(self, "submitted", 0.0)  # a task pickled before this attribute
         for _ in range(restarts - requeues(cell_dir, since=since)):
             _note(cell_dir, "requeued by the scheduler")
+        self.stopping = False
+        self._watch_sigterm()
         try:
             return run_cell(cell_dir)
         except Exception:
-            if self.requeued:  # the kernel died of the signal before the requeue exited us
-                time.sleep(60)  # Slurm's requeue ends this process first
+            # The notebook's kernel died of the signal that stops this task too (USR2 before
+            # our requeue exited us; SIGTERM from a requeue, preemption or scancel): the task
+            # is being ended, not failing, so no error is left for the sweep to read; Slurm's
+            # SIGKILL (KillWait later) ends this process first.
+            if self.requeued or self.stopping:
+                time.sleep(300)
             raise
+
+    def _watch_sigterm(self) -> None:
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum, frame):
+            self.stopping = True
+            if callable(previous):
+                previous(signum, frame)  # submitit's: it logs and carries on
+
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to watch
+            signal.signal(signal.SIGTERM, on_term)
 
     def checkpoint(self, cell_dir: str):
         """Called by submitit on USR2 (time limit near, or preemption): the same cell again."""
