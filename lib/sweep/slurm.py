@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from lib.cli import UsageError
+from lib.params import UsageError
 from lib.sweep.cell import run_cell
 
 
