@@ -128,7 +128,7 @@ def test_cell_killed_at_its_time_limit_requeues_and_finishes(cluster, tmp_path):
     requeues = len((cell / "requeues.jsonl").read_text().splitlines())
     assert requeues >= 1
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("[1/1]"))
-    assert f"requeued {requeues} times" in line
+    assert f"requeued {requeues} time" in line, line
     records = [json.loads(r) for r in (cell / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == list(range(1, epochs + 1))
     # Trained in several sessions; not always one per start (a start may find all epochs
