@@ -3,7 +3,7 @@
     python -m bench.gpu_check --out gpu-results --part quick     # under 8 minutes on an H100
     python -m bench.gpu_check --out gpu-results --part train     # each part fits 10 minutes
     python -m bench.gpu_check --out gpu-results --part all       # everything (a Colab session)
-    python -m bench.gpu_check --out /tmp/dry --dry-run           # the CPU dry run CI runs
+    python -m bench.gpu_check --out dry-results --dry-run           # the CPU dry run CI runs
 
 For fashion_mnist, optimizer_study, mamba_spike and mshnet, on the workload's real model and
 the offline sample data (synthetic tensors of the real shapes where the loader is not the

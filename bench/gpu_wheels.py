@@ -8,8 +8,8 @@ the image already has (`IMAGE_HAS`) and torch, and `pip download`s one wheel of 
 the target's Python and platform, into a folder that travels with the working tree:
 
     python -m bench.gpu_wheels --dest .whl          # then, on the GPU machine:
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-    PYTHONPATH=/tmp/site:$PWD python3 -m bench.gpu_check --out gpu-results --part quick
+    python3 -m pip install -q --no-index --no-deps --target .gpu-site .whl/*.whl
+    PYTHONPATH=.gpu-site:$PWD python3 -m bench.gpu_check --out gpu-results --part quick
 """
 
 from __future__ import annotations
