@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from lib import compile, experiment
+from lib import clouds, compile, experiment
 from lib.config import RunConfig
 from lib.data.common import make_loader
 from lib.data.on_device import Augment, DeviceLoader, images_and_labels
@@ -152,6 +152,7 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
     if cfg.seed is not None:  # None: a grid whose runs each bring their own seed
         torch.manual_seed(cfg.seed)
     data_dir, out_dir = cfg.paths(runtime)
+    clouds.check_out_dir(out_dir, runtime)  # Paperspace reserves `checkpoints` in /notebooks
     batch = cfg.resolved_batch_size()
     if cfg.smoke:
         batch = min(batch, SMOKE_MAX_BATCH)
