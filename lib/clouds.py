@@ -42,6 +42,9 @@ SAGEMAKER_METADATA = "opt/ml/metadata/resource-metadata.json"
 PAPERSPACE_VARS = ("PAPERSPACE_NOTEBOOK_REPO_ID", "PAPERSPACE_NOTEBOOK_ID",
                    "PAPERSPACE_CLUSTER_ID", "PAPERSPACE_FQDN", "PAPERSPACE_METRIC_WORKLOAD_ID")
 PAPERSPACE_RESERVED = "checkpoints"  # reserved inside /notebooks; our run folders have one
+# Our folder in an AWS home. Not "train-anywhere": that is where Studio Lab's "Clone Entire
+# Repo", JupyterLab's Git clone and the bootstrap's own clone put the repository.
+WORK = "train-anywhere-work"
 
 
 def cloud_root(environ=None) -> Path:
@@ -104,15 +107,15 @@ def storage(runtime: str, environ=None, exists=Path.exists) -> CloudStorage:
     root = cloud_root(environ)
     again = "re-run the notebook: it resumes from the newest checkpoint in the run folder"
     if runtime == "studiolab":
-        base = root / STUDIOLAB_HOME / "train-anywhere"
+        base = root / STUDIOLAB_HOME / WORK
         return CloudStorage(base, base / "runs", "in your Studio Lab project (15 GB, with "
                             "conda environments); kept between sessions", again, 15.0)
     if runtime == "sagemaker":
         if sagemaker_kind(environ, exists) == "instance":
-            base = root / SAGEMAKER_INSTANCE_HOME / "train-anywhere"
+            base = root / SAGEMAKER_INSTANCE_HOME / WORK
             kept = "on the notebook instance's ML volume (5 GB by default); kept when it stops"
         else:
-            base = root / SAGEMAKER_STUDIO_HOME / "train-anywhere"
+            base = root / SAGEMAKER_STUDIO_HOME / WORK
             kept = "on the space's EBS volume (5 GB by default); kept when the space stops"
         return CloudStorage(base, base / "runs", kept, again, 5.0)
     if runtime == "paperspace":
