@@ -12,10 +12,8 @@ image's pins are its lane's, tests/test_image_lanes.py).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-from pathlib import Path
 from unittest import mock
 
 import nbformat
@@ -23,6 +21,7 @@ import papermill
 import pytest
 
 from lib.metrics import read_jsonl
+from tests.cloud_standins import SERVICES
 from tests.notebook_run import ROOT, check_clean_outputs, stream_text
 from tests.served_repo import ServedRepo
 
@@ -36,36 +35,6 @@ SMALL = {
 }
 
 
-def studiolab(root: Path) -> tuple[dict, Path, Path]:
-    """(environment, working folder, our folder) of a Studio Lab runtime."""
-    home = root / "home/studio-lab-user"
-    env = {"HOME": str(home), "USER": "studio-lab-user",
-           "SAGEMAKER_INTERNAL_IMAGE_URI": "studiolab-image"}  # set there (a 2026 script)
-    return env, home, home / "train-anywhere-work"
-
-
-def sagemaker(root: Path) -> tuple[dict, Path, Path]:
-    """A Studio JupyterLab space: its variables and the metadata file AWS documents."""
-    home = root / "home/sagemaker-user"
-    meta = root / "opt/ml/metadata/resource-metadata.json"
-    meta.parent.mkdir(parents=True)
-    meta.write_text(json.dumps({"DomainId": "d-1", "SpaceName": "s", "ResourceArn":
-                                "arn:aws:sagemaker:us-east-1:1:space/d-1/s"}))
-    env = {"HOME": str(home), "SAGEMAKER_APP_TYPE": "JupyterLab",
-           "SAGEMAKER_APP_TYPE_LOWERCASE": "jupyterlab"}
-    return env, home, home / "train-anywhere-work"
-
-
-def paperspace(root: Path) -> tuple[dict, Path, Path]:
-    """A Paperspace notebook: root user, /notebooks (the file manager), /storage, /datasets."""
-    for name in ("notebooks", "storage", "datasets", "root"):
-        (root / name).mkdir()
-    env = {"HOME": str(root / "root"), "PAPERSPACE_NOTEBOOK_ID": "nabc123",
-           "PAPERSPACE_CLUSTER_ID": "clg07azjl", "PAPERSPACE_FQDN": "nabc123.clg07azjl.x"}
-    return env, root / "notebooks", root / "storage" / "train-anywhere"
-
-
-SERVICES = {"studiolab_t4": studiolab, "sagemaker_gpu": sagemaker, "paperspace_gpu": paperspace}
 CASES = [("studiolab_t4", "fashion_mnist"), ("studiolab_t4", "mshnet"),
          ("sagemaker_gpu", "fashion_mnist"), ("sagemaker_gpu", "optimizer_study"),
          ("paperspace_gpu", "fashion_mnist"), ("paperspace_gpu", "mamba_spike")]
