@@ -39,7 +39,7 @@ def test_each_service_is_recognised_by_what_it_sets(tmp_path):
     both = {tmp_path / "notebooks", tmp_path / "storage"}
     assert clouds.detect(env(tmp_path), lambda p: p in both) == "paperspace"
     assert clouds.detect(env(tmp_path), lambda p: p == tmp_path / "notebooks") is None
-    assert clouds.detect(env(tmp_path, HOME="/home/someone"), nothing) is None
+    assert clouds.detect(env(tmp_path, HOME=str(tmp_path / "home" / "someone")), nothing) is None
     # Colab and Kaggle are asked first; then these; else local
     assert detect_runtime(env(tmp_path, SAGEMAKER_APP_TYPE="JupyterLab"), {}) == "sagemaker"
     assert detect_runtime(env(tmp_path, SAGEMAKER_APP_TYPE="JupyterLab",
