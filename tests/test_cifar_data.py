@@ -24,6 +24,7 @@ from lib.data.cifar import (
 )
 from lib.data.cifar_sample import write_cifar_sample
 from lib.data.label_noise import add_label_noise, pair_noise, realised_rate, symmetric_noise
+from tests import learning
 
 LABELS = np.arange(10_000) % 10
 
@@ -164,19 +165,22 @@ def _stack(dataset):
 @pytest.mark.parametrize(("name", "band"), [("cifar10", (0.25, 0.7)), ("cifar100", (0.05, 0.4))])
 def test_sample_beats_chance_but_no_class_template_solves_it(tmp_path, name, band, one_thread):
     """Nearest class mean of the augmented training images: far above chance (0.1, 0.01),
-    far below 1 (the old sample, one pattern per class plus noise, scored 1.0)."""
-    torch.manual_seed(0)
+    far below 1 (the old sample, one pattern per class plus noise, scored 1.0). Spread over
+    seeds 0-4 x three CPU settings (bench.bench_learning -k cifar_nearest): SPREAD_NCM."""
+    torch.manual_seed(learning.seed(0))
     train, test, info = cifar_datasets(name, tmp_path, True)
     x, y = _stack(train)  # augmented: random crops and flips
     means = torch.stack([x[y == k].mean(0) for k in range(info["num_classes"])]).flatten(1)
     xt, yt = _stack(test)
     accuracy = (torch.cdist(xt.flatten(1), means).argmin(1) == yt).float().mean().item()
+    learning.record("cifar_nearest_mean", **{name: accuracy})
     assert band[0] < accuracy < band[1]
 
 
 def test_cifar10_sample_is_learnt_gradually_by_a_small_cnn(tmp_path, one_thread):
-    """Below 0.5 after one epoch, clearly better after five: learnable, not trivial."""
-    torch.manual_seed(0)
+    """Below 0.5 after one epoch, clearly better after five: learnable, not trivial. Spread
+    over seeds 0-4 x three CPU settings (bench.bench_learning -k cifar_cnn): SPREAD_CNN."""
+    torch.manual_seed(learning.seed(0))
     train, test, _ = cifar_datasets("cifar10", tmp_path, True)
     net = nn.Sequential(
         nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4),
@@ -194,6 +198,7 @@ def test_cifar10_sample_is_learnt_gradually_by_a_small_cnn(tmp_path, one_thread)
             opt.step()
         with torch.no_grad():
             accuracy.append((net(x_test).argmax(1) == y_test).float().mean().item())
+    learning.record("cifar_cnn", first=accuracy[0], gain=accuracy[-1] - accuracy[0])
     assert 0.15 < accuracy[0] < 0.5 and accuracy[-1] > accuracy[0] + 0.1, accuracy
 
 

@@ -8,6 +8,7 @@ import torch
 
 from lib.metrics import read_jsonl
 from lib.models.cnn import CNN, CNNConfig
+from tests import learning
 from tests.notebook_run import (
     FAKES,
     check_clean_outputs,
@@ -22,8 +23,10 @@ pytestmark = pytest.mark.notebook
 SMOKE = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=2)
 
 
-def check_run(out_dir, epochs=2):
+def check_run(out_dir, epochs=2, record=None):
     history = read_jsonl(out_dir / "metrics.jsonl")
+    if record:
+        learning.record(record, accuracy=[r["test_accuracy"] for r in history])
     assert [r["epoch"] for r in history] == list(range(1, epochs + 1))
     assert all(math.isfinite(r["train_loss"]) and math.isfinite(r["test_loss"]) for r in history)
     # the synthetic sample is learnable but not trivial: chance is 0.1, 1.0 would be trivial
@@ -43,9 +46,11 @@ def check_run(out_dir, epochs=2):
 # (tests/test_image_lanes.py) and their rendered differences in tests/test_builder.py.
 @pytest.mark.parametrize("platform", ["local_mps"])
 def test_notebook_trains_on_the_cpu(platform, tmp_path):
+    """Two smoke epochs; check_run's band (0.1 < accuracy < 0.9) over seeds 0-4 x three CPU
+    settings (bench.bench_learning -k fashion_smoke): SPREAD_FASHION_SMOKE."""
     nb = execute("fashion_mnist", platform, tmp_path, DATA_DIR=str(tmp_path / "data"),
-                 OUT_DIR=str(tmp_path / "run"), **SMOKE)
-    history = check_run(tmp_path / "run")
+                 OUT_DIR=str(tmp_path / "run"), SEED=learning.seed(1), **SMOKE)
+    history = check_run(tmp_path / "run", record="fashion_smoke")
     assert history[-1]["device"] == "cpu"
     text = stream_text(nb)
     assert "falls back to the CPU" in text
@@ -62,10 +67,13 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
 
 
 def test_the_synthetic_sample_is_learned_gradually(tmp_path):
-    """Not 1.0 after one epoch (the old sample was), and rising with training."""
+    """Not 1.0 after one epoch (the old sample was), and rising with training. Spread over
+    seeds 0-4 x three CPU settings (bench.bench_learning -k fashion_gradual): SPREAD_FASHION."""
     nb = execute("fashion_mnist", "local_mps", tmp_path, DATA_DIR=str(tmp_path / "data"),
-                 OUT_DIR=str(tmp_path / "run"), **dict(SMOKE, EPOCHS=5, SMOKE_BATCHES=10))
+                 OUT_DIR=str(tmp_path / "run"), SEED=learning.seed(1),
+                 **dict(SMOKE, EPOCHS=5, SMOKE_BATCHES=10))
     acc = [r["test_accuracy"] for r in check_run(tmp_path / "run", epochs=5)]
+    learning.record("fashion_gradual", first=acc[0], gain=acc[-1] - acc[0])
     assert acc[0] < 0.6 and acc[-1] > acc[0] + 0.1, acc
     # Five epochs, still two outputs in the training cell: the bar and the run's lines.
     (cell,) = [c for c in nb.cells if "launch(fashion_mnist.train" in c.source]

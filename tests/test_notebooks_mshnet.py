@@ -7,6 +7,7 @@ import torch
 
 from lib.metrics import read_jsonl
 from lib.models.mshnet import MSHNet, MSHNetConfig
+from tests import learning
 from tests.notebook_run import (
     check_clean_outputs,
     epoch_lines,
@@ -78,16 +79,27 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
     assert "warm-up: 1 epoch of soft-IoU" in text
 
 
+EPOCHS = 16
+
+
 def test_the_sample_is_learned_far_beyond_chance(tmp_path):
-    """32 warm-up steps of 8 images. Predicting every pixel scores mIoU ~0.1; the test mIoU
-    stays there while BatchNorm's running statistics catch up (~16 steps), then rises, far
+    """64 soft-IoU steps of 8 images (16 epochs of 4). Predicting every pixel scores mIoU ~0.1;
+    the test mIoU stays there while BatchNorm's running statistics catch up, then rises, far
     from its ceiling of 100: the targets are dim and clutter as bright as they are is not
-    target (a brightness threshold scores ~40, tests/test_irstd_data.py)."""
+    target (a brightness threshold scores ~40, tests/test_irstd_data.py).
+
+    Spread (bench.bench_learning -k mshnet): SPREAD_MSHNET. Half as long (32 steps, as before)
+    the best mIoU ranged 3.3-22.8 over seeds 0-7 on one machine and reached 26 on another: the
+    curve is chaotic in the first steps (oneDNN's convolutions sum in another order with
+    another instruction set), so a short run asserted a lucky curve, not learning.
+    """
     execute("mshnet", "local_mps", tmp_path, DATA_DIR=str(tmp_path / "data"),
-            OUT_DIR=str(tmp_path / "run"), SMOKE=True, SAMPLE_DATA=True, EPOCHS=8,
-            WARM_EPOCHS=8, SMOKE_BATCHES=4, BATCH_SIZE=8, DATASET="NUDT-SIRST")
-    history = check_run(tmp_path / "run", epochs=8)
+            OUT_DIR=str(tmp_path / "run"), SMOKE=True, SAMPLE_DATA=True, EPOCHS=EPOCHS,
+            WARM_EPOCHS=EPOCHS, SMOKE_BATCHES=4, BATCH_SIZE=8, DATASET="NUDT-SIRST",
+            SEED=learning.seed(1))
+    history = check_run(tmp_path / "run", epochs=EPOCHS)
     miou = [r["test_mIoU"] for r in history]
-    assert miou[0] < 5 and 10 < max(miou) < 80, miou
+    learning.record("mshnet", first=miou[0], best=max(miou), last=miou[-1])
+    assert miou[0] < 5 and 15 < max(miou) < 80, miou
     assert "| mIoU (%) |" in (tmp_path / "run" / "results.md").read_text()
     assert "80.55" in (tmp_path / "run" / "results.md").read_text()  # the NUDT-SIRST row
