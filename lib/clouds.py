@@ -106,10 +106,15 @@ def storage(runtime: str, environ=None, exists=Path.exists) -> CloudStorage:
     environ = os.environ if environ is None else environ
     root = cloud_root(environ)
     again = "re-run the notebook: it resumes from the newest checkpoint in the run folder"
+    # What stops a session there, said with the advice (ETA warning, clean stop).
+    lab = ("Studio Lab ends GPU sessions after 4 h and caps GPU time per day: in the next GPU "
+           "session, " + again)
+    paid = "an idle shutdown set by your admin stops the kernel: " + again
+    free = ("a free machine shuts down after 6 h: start it again (Start Machine) and " + again)
     if runtime == "studiolab":
         base = root / STUDIOLAB_HOME / WORK
         return CloudStorage(base, base / "runs", "in your Studio Lab project (15 GB, with "
-                            "conda environments); kept between sessions", again, 15.0)
+                            "conda environments); kept between sessions", lab, 15.0)
     if runtime == "sagemaker":
         if sagemaker_kind(environ, exists) == "instance":
             base = root / SAGEMAKER_INSTANCE_HOME / WORK
@@ -117,11 +122,11 @@ def storage(runtime: str, environ=None, exists=Path.exists) -> CloudStorage:
         else:
             base = root / SAGEMAKER_STUDIO_HOME / WORK
             kept = "on the space's EBS volume (5 GB by default); kept when the space stops"
-        return CloudStorage(base, base / "runs", kept, again, 5.0)
+        return CloudStorage(base, base / "runs", kept, paid, 5.0)
     if runtime == "paperspace":
         base = root / "storage" / "train-anywhere"
         return CloudStorage(base, base / "runs", "in /storage (persistent, shared by your "
-                            "team); kept after the auto-shutdown", again)
+                            "team); kept after the auto-shutdown", free)
     raise ValueError(f"not one of these clouds: {runtime!r}; expected one of {RUNTIMES}")
 
 

@@ -77,8 +77,12 @@ def test_defaults_are_on_what_survives_and_never_under_paperspace_notebooks(tmp_
     clouds.check_out_dir(tmp_path / "notebooks" / "x", "sagemaker")  # only Paperspace's rule
 
 
-def test_session_limits_are_the_services():
+def test_session_limits_are_the_services(tmp_path):
     assert get_platform("studiolab_t4").session_hours == 4.0  # GPU sessions of 4 h
+    # the advice given with the ETA warning and the clean stop names what ends a session there
+    assert "caps GPU time per day" in clouds.storage("studiolab", env(tmp_path)).carry_over
+    assert "idle shutdown" in clouds.storage("sagemaker", env(tmp_path)).carry_over
+    assert "shuts down after 6 h" in clouds.storage("paperspace", env(tmp_path)).carry_over
     assert get_platform("paperspace_gpu").session_hours == 6.0  # free machines' shutdown
     assert get_platform("sagemaker_gpu").session_hours is None  # billed, no limit
 
