@@ -17,7 +17,8 @@ JOBS ?= 2
 # Tests run JOBS workers, each starting notebook kernels and subprocesses: one intra-op
 # thread apiece keeps 2 cores from thrashing (torch's default would take every core each).
 
-.PHONY: install install-xla lock lanes demo test test-main test-xla test-lanes lint notebooks check bench clean
+.PHONY: install install-xla lock fuse lanes demo test test-main test-xla test-lanes lint notebooks check bench clean \
+	gpu-check gpu-wheels
 
 # A venv $(1) with exactly the packages of lock $(2), then the library itself (no deps: the
 # lock has them all). First one line, not pip's "no matching
@@ -52,6 +53,15 @@ lock: install
 		pyproject.toml requirements/xla.in -o $(XLA_LOCK)
 	$(PY) -m tests.lanes lock
 
+# The Drive stand-in (tests/drive_fuse.py) mounts a FUSE file system: it needs Debian's fuse3
+# (libfuse3 and fusermount3) and /dev/fuse. Installed here when missing (CI runs as root).
+fuse:
+	@if command -v fusermount3 >/dev/null && ldconfig -p | grep -q libfuse3; then :; else \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3; fi
+	@test -e /dev/fuse || { echo "make fuse: /dev/fuse is missing: the Drive stand-in needs \
+	a machine (or container) with FUSE (docker run --device /dev/fuse --cap-add SYS_ADMIN)"; \
+	exit 1; }
+
 notebooks: install
 	$(PY) build_notebooks.py
 
@@ -68,7 +78,7 @@ demo: install
 # The whole suite: lint, --check, unit and notebook tests, the XLA lane, the image lanes.
 test: test-main test-xla test-lanes
 
-test-main: install
+test-main: install fuse
 	OMP_NUM_THREADS=1 $(PY) -m tests.environment
 	$(VENV)/bin/ruff check .
 	$(PY) build_notebooks.py --check
@@ -89,6 +99,21 @@ test-lanes: lanes
 
 bench: install
 	$(PY) -m bench
+
+# On a CUDA machine (Colab/Kaggle GPU, the H100): the GPU check, one part per command
+# (quick, train, resume, compile, loader, mamba, or all), results in GPU_OUT (BENCHMARKS.md,
+# "GPU check"). No venv: the runtime's own torch is the one measured. Wheels carried in .whl
+# (`make gpu-wheels` on a machine with network) are installed first.
+GPU_OUT ?= gpu-results
+GPU_PART ?= quick
+gpu-check:
+	@if [ -d .whl ]; then $(PYTHON) -m pip install -q --no-index --no-deps --no-compile \
+		--upgrade --target .gpu-site .whl/*.whl; fi
+	PYTHONPATH=$(CURDIR)/.gpu-site:$(CURDIR) $(PYTHON) -m bench.gpu_check --out $(GPU_OUT) \
+		--part $(GPU_PART)
+
+gpu-wheels: install
+	$(PY) -m bench.gpu_wheels --dest .whl
 
 clean:
 	rm -rf $(VENV) $(XLA_VENV) $(LANES_DIR) runs demo

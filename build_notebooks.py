@@ -37,6 +37,7 @@ except ImportError:  # run with a bare python: use the project's environment if 
                      "(or `pip install jupytext nbformat`).") from None
 
 import lib  # noqa: E402
+from lib import workloads as contract  # noqa: E402
 from lib.platforms import PLATFORMS, Platform  # noqa: E402
 
 SRC, OUT = ROOT / "notebooks_src", ROOT / "notebooks"
@@ -328,10 +329,26 @@ def with_badges(readme: str, table: str) -> str:
     return _between(readme, BADGES, table, "badge table")
 
 
+def workload_sources(root: Path = ROOT) -> list[Path]:
+    """notebooks_src/NAME.py of every workload; each must have its module lib/workloads/NAME.py
+    (the contract), and each module its source."""
+    sources = sorted((root / "notebooks_src").glob("*.py"))
+    modules = set(contract.names(root / "lib" / "workloads"))
+    for src in sources:
+        if src.stem not in modules:
+            raise SystemExit(f"notebooks_src/{src.name} has no lib/workloads/{src.name}: a "
+                             "workload is both files (see lib/workloads/__init__.py); add it, "
+                             "or start from `train-anywhere new NAME`.")
+    for name in sorted(modules - {s.stem for s in sources}):
+        raise SystemExit(f"lib/workloads/{name}.py has no notebooks_src/{name}.py: a workload "
+                         "is both files (see lib/workloads/__init__.py); add it or remove both.")
+    return sources
+
+
 def expected_files(root: Path = ROOT, cfg: dict | None = None) -> dict[Path, str]:
     """Every generated file and the text it must have."""
     cfg = cfg or settings(root / "pyproject.toml")
-    sources = sorted((root / "notebooks_src").glob("*.py"))
+    sources = workload_sources(root)
     files = {}
     for src in sources:
         for p in PLATFORMS.values():

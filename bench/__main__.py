@@ -27,14 +27,16 @@ from bench import bench_gpu, bench_loop, bench_pipeline, bench_suite, bench_swee
 from bench.common import FIGURES, ROOT, machine, markdown_table, run_python, set_threads
 
 SECTIONS = ("loop", "pipeline", "device_data", "mamba_spike", "compile", "scan", "seg", "xla",
-            "suite", "sweep", "gpu")
+            "suite", "sweep", "gpu", "opens")
 EXTERNAL = {"scan": ("bench_scan", "Mamba selective scan: parallel vs sequential"),
             "seg": ("bench_seg", "MSHNet SLS loss and metrics: vectorised vs per-sample"),
             "device_data": ("bench_device_data", "Input pipeline on the device: host work per "
                             "batch, host capacity / GPU demand"),
             "mamba_spike": ("bench_mamba_spike", "Mamba-Spike training step: split, and the "
                             "front-end loop before/after"),
-            "compile": ("bench_compile", "torch.compile vs eager, each workload on the CPU")}
+            "compile": ("bench_compile", "torch.compile vs eager, each workload on the CPU"),
+            "opens": ("bench_opens", "Data where it is fast: files opened per epoch, and epoch "
+                      "time on the Drive stand-in / local disk")}
 # (default, --quick) keyword arguments of each section's run().
 SIZES = {
     "loop": (dict(steps=bench_loop.STEPS, repeats=bench_loop.REPEATS), dict(steps=2, repeats=1)),
@@ -84,8 +86,10 @@ def section(name: str, quick: bool, notebooks: list[str] | None, figures: Path,
         res = bench_sweep.run(**kwargs)
         return bench_sweep.report(res), res
     if name == "gpu":
+        from bench.gpu_check import BENCHMARKS_NOTE
+
         res = bench_gpu.run(**kwargs)
-        return bench_gpu.report(res), res
+        return bench_gpu.report(res) + "\n\n" + BENCHMARKS_NOTE.rstrip("\n"), res
     module = {"loop": bench_loop, "pipeline": bench_pipeline}[name]
     res = module.run(**kwargs)
     return module.report(res, _rel(module.plot(res, figures), out)), res
@@ -94,7 +98,7 @@ def section(name: str, quick: bool, notebooks: list[str] | None, figures: Path,
 TITLES = {"loop": "Loop overhead: `fit` vs a bare PyTorch loop",
           "pipeline": "Input pipeline: data loading vs training step",
           "scan": EXTERNAL["scan"][1], "seg": EXTERNAL["seg"][1],
-          **{k: EXTERNAL[k][1] for k in ("device_data", "mamba_spike", "compile")},
+          **{k: EXTERNAL[k][1] for k in ("device_data", "mamba_spike", "compile", "opens")},
           "xla": "XLA on the CPU vs eager CPU", "suite": "The suite: rendering and notebooks",
           "sweep": "Sweep: overhead per grid cell of each backend",
           "gpu": "GPU: samples/s, peak memory, fraction of peak FLOP/s"}

@@ -10,6 +10,7 @@ the same `from_params` the notebook's config cell calls, before any kernel start
     train-anywhere run fashion_mnist -p SMOKE True -p SAMPLE_DATA True -p EPOCHS 2 --out runs/try
     train-anywhere report runs/try
     train-anywhere sweep optimizer_study --grid OPTIMIZER=sgd,adam --grid SEED=0,1 --out runs/s
+    train-anywhere new my_experiment
 
 Exit status: 0 done, 1 the notebook (or a grid cell) failed, 2 a usage error (one line).
 """
@@ -17,253 +18,44 @@ Exit status: 0 done, 1 the notebook (or a grid cell) failed, 2 a usage error (on
 from __future__ import annotations
 
 import argparse
-import ast
-import difflib
-import importlib
-import io
 import sys
-import threading
 import time
-import tokenize
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from lib.progress import epoch_line
+from lib import workloads as contract
+from lib.execute import (  # NOTEBOOKS: the sweep's kaggle and colab backends read it from here
+    NOTEBOOKS,  # noqa: F401
+    NotebookFailed,
+    Progress,
+    execute,
+    fmt_duration,
+    headline,
+    notebook_path,
+)
+from lib.params import (
+    ROOT,
+    UsageError,
+    absolute_paths,
+    check_platform,
+    check_workload,
+    collect_overrides,
+    parameters,
+    platforms,
+    resolve_params,
+    workloads,
+)
+from lib.sweep import add_sweep_parser
 
-ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ROOT / "notebooks_src"
-NOTEBOOKS = ROOT / "notebooks"
 DEFAULT_PLATFORM = "local_mps"  # the local notebook: CUDA, MPS or the CPU, whatever is here
-HEADLINES = ("test_accuracy", "test_mIoU")  # the metric a run ends with, first one present
-
-
-def _records(path: Path) -> list[dict]:
-    """The epoch records of a metrics.jsonl (lib.metrics' reader, imported when first
-    needed: `--help` and bad-input answers should not wait for torch)."""
-    from lib.metrics import read_jsonl
-
-    return read_jsonl(path)
-
-
-class UsageError(ValueError):
-    """A mistake on the command line: printed as one line, exit status 2."""
-
-
-class NotebookFailed(RuntimeError):
-    """The notebook raised: `str()` is the error's one line, `.executed` the notebook kept."""
-
-    def __init__(self, line: str, executed: Path | None = None):
-        super().__init__(line)
-        self.executed = executed
-
-
-# Workloads, platforms and parameters ------------------------------------------------------
-def workloads() -> list[str]:
-    return sorted(p.stem for p in SOURCES.glob("*.py"))
-
-
-def platforms() -> dict[str, Any]:
-    from lib.platforms import PLATFORMS
-
-    return dict(PLATFORMS)
-
-
-def _closest(value: str, known) -> str:
-    near = difflib.get_close_matches(value, list(known), n=1, cutoff=0.5)
-    return f" (did you mean {near[0]}?)" if near else ""
-
-
-def check_workload(name: str) -> str:
-    known = workloads()
-    if name not in known:
-        raise UsageError(f"unknown workload {name!r}{_closest(name, known)}; expected one of "
-                         f"{', '.join(known)}. See `train-anywhere list`.")
-    return name
-
-
-def check_platform(name: str) -> str:
-    known = platforms()
-    if name not in known:
-        raise UsageError(f"unknown platform {name!r}{_closest(name, known)}; expected one of "
-                         f"{', '.join(known)}. See `train-anywhere list`.")
-    return name
-
-
-@dataclass(frozen=True)
-class Param:
-    """One line of a parameters cell: `NAME = default  # comment`."""
-
-    name: str
-    default: Any
-    comment: str
-
-
-def parameters(workload: str) -> list[Param]:
-    """The parameters cell of notebooks_src/<workload>.py, in order (the one list there is)."""
-    import jupytext
-
-    nb = jupytext.read(SOURCES / f"{check_workload(workload)}.py", fmt="py:percent")
-    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    comments = {tok.start[0]: tok.string.lstrip("#").strip()
-                for tok in tokenize.generate_tokens(io.StringIO(cell.source).readline)
-                if tok.type == tokenize.COMMENT}
-    out = []
-    for node in ast.parse(cell.source).body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            out.append(Param(node.targets[0].id, ast.literal_eval(node.value),
-                             comments.get(node.lineno, "")))
-    return out
-
-
-def parse_value(text: str) -> Any:
-    """A `-p` value: a Python literal (3, 0.1, True, None, [0, 1], 'x'), else the string."""
-    lowered = {"true": True, "false": False, "none": None, "null": None}
-    if text.lower() in lowered:
-        return lowered[text.lower()]
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def config_class(workload: str):
-    """The workload's RunConfig subclass (the one whose WORKLOAD is `workload`)."""
-    from lib.config import RunConfig
-
-    module = importlib.import_module(f"lib.workloads.{workload}")
-    for value in vars(module).values():
-        if (isinstance(value, type) and issubclass(value, RunConfig)
-                and workload == value.WORKLOAD):
-            return value
-    raise LookupError(f"lib/workloads/{workload}.py has no RunConfig with WORKLOAD={workload!r}")
-
-
-def resolve_params(workload: str, platform: str, overrides: dict[str, Any]):
-    """Validate `overrides` as the notebook's config cell would; return (params, config).
-
-    Unknown names fail here with the closest known one; values fail with the config's own
-    one-line message. Nothing is started.
-    """
-    defaults = {p.name: p.default for p in parameters(workload)}
-    for name in overrides:
-        if name not in defaults:
-            raise UsageError(f"unknown parameter {name}{_closest(name, defaults)} for "
-                             f"{workload}; see `train-anywhere params {workload}`.")
-    if "PLATFORM" in overrides and overrides["PLATFORM"] != platform:
-        raise UsageError(f"-p PLATFORM {overrides['PLATFORM']} contradicts --platform "
-                         f"{platform}; choose the notebook with --platform alone.")
-    namespace = {**defaults, **overrides, "PLATFORM": platform}
-    try:
-        cfg = config_class(workload).from_params(namespace)
-    except ValueError as exc:  # ConfigError / UserError: already one line with the fix
-        raise UsageError(str(exc).strip().splitlines()[-1]) from None
-    return {k: v for k, v in overrides.items() if k != "PLATFORM"}, cfg
-
-
-def absolute_paths(params: dict[str, Any]) -> dict[str, Any]:
-    """DATA_DIR and OUT_DIR relative to the caller's directory (the kernel runs elsewhere)."""
-    return {k: (str(Path(v).expanduser().resolve()) if k in ("DATA_DIR", "OUT_DIR")
-                and isinstance(v, str) else v) for k, v in params.items()}
-
-
-def notebook_path(workload: str, platform: str) -> Path:
-    path = NOTEBOOKS / platform / f"{workload}.ipynb"
-    if not path.exists():
-        raise UsageError(f"{path.relative_to(ROOT)} does not exist; render the notebooks "
-                         "with `python build_notebooks.py`.")
-    return path
-
-
-# Running one notebook --------------------------------------------------------------------
-def execute(notebook: Path, executed: Path, params: dict[str, Any],
-            log_output: bool = False) -> None:
-    """papermill `notebook` -> `executed` with `params`; a raised error -> NotebookFailed.
-
-    The kernel runs in the repository (the bootstrap cell finds `lib/` from there), so
-    relative paths in `params` must already be absolute.
-    """
-    import papermill
-    from papermill.exceptions import PapermillExecutionError
-
-    executed.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        # The kernel's own log is not the project's and a user cannot act on it: its start-up
-        # warning (local TCP sockets), and "KeyboardInterrupt caught in kernel" when
-        # jupyter_client's shutdown (which interrupts the kernel first) meets a message being
-        # handled. A cell's error still reaches the console, through papermill.
-        papermill.execute_notebook(str(notebook), str(executed), parameters=params,
-                                   cwd=str(ROOT), progress_bar=False, log_output=log_output,
-                                   kernel_name="python3",
-                                   extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-    except PapermillExecutionError as exc:
-        lines = [line for line in str(exc.evalue).strip().splitlines() if line.strip()]
-        message = lines[-1] if lines else exc.ename
-        raise NotebookFailed(f"{exc.ename}: {message}", executed) from None
-
-
-def fmt_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
-
-
-class Progress(threading.Thread):
-    """Prints one line per new epoch record in any metrics.jsonl under `out_dir`."""
-
-    def __init__(self, out_dir: Path, epochs: int | None, stream=None, every: float = 0.5,
-                 note: str | None = None):
-        super().__init__(daemon=True)
-        self.out_dir, self.epochs, self.every = Path(out_dir), epochs, every
-        self.note = note  # as the notebook's rows: "synthetic sample" on the offline sample
-        self.stream = stream or sys.stdout
-        self.seen: dict[Path, int] = {}
-        self.stop = threading.Event()
-        # Records already there (a resumed run) are not news.
-        for path in self._files():
-            self.seen[path] = len(_records(path))
-
-    def _files(self) -> list[Path]:
-        return sorted(self.out_dir.rglob("metrics.jsonl")) if self.out_dir.exists() else []
-
-    def poll(self) -> None:
-        for path in self._files():
-            records = _records(path)
-            for record in records[self.seen.get(path, 0):]:
-                rel = path.parent.relative_to(self.out_dir)
-                label = "" if str(rel) == "." else f"{rel}: "
-                line = epoch_line(record, self.epochs or record.get("epoch", 0), note=self.note)
-                print(label + line, file=self.stream, flush=True)
-            self.seen[path] = max(self.seen.get(path, 0), len(records))
-
-    def run(self) -> None:
-        while not self.stop.wait(self.every):
-            self.poll()
-
-    def finish(self) -> None:
-        self.stop.set()
-        self.join()
-        self.poll()
-
-
-def headline(out_dir: Path) -> tuple[str, list[tuple[str, dict]]]:
-    """(metric name, [(run label, last record)]) of every metrics.jsonl under `out_dir`."""
-    runs = []
-    for path in sorted(Path(out_dir).rglob("metrics.jsonl")):
-        records = _records(path)
-        if records:
-            rel = path.parent.relative_to(out_dir)
-            runs.append(("." if str(rel) == "." else str(rel), records[-1]))
-    keys = [k for k in HEADLINES if any(k in r for _, r in runs)]
-    return (keys[0] if keys else ""), runs
 
 
 # Commands --------------------------------------------------------------------------------
 def cmd_list(args) -> int:
     print("workloads:")
-    for w in workloads():
-        print(f"  {w}")
+    names = workloads()
+    width = max(map(len, names), default=0)
+    for w in names:
+        print(f"  {w:<{width}}  {contract.title(w)}")
     print("platforms:")
     for name, p in platforms().items():
         print(f"  {name:<12} {p.title} ({p.gpu}, {p.accelerator})")
@@ -282,16 +74,6 @@ def cmd_params(args) -> int:
     for p, s in zip(params, shown, strict=True):
         print(f"  {p.name:<{width}}  {s:<{vwidth}}  {p.comment}".rstrip())
     return 0
-
-
-def collect_overrides(pairs: list[list[str]] | None) -> dict[str, Any]:
-    out = {}
-    for name, value in pairs or []:
-        if name != name.upper():
-            raise UsageError(f"parameter name {name!r} is not UPPER_CASE; write it as in the "
-                             f"parameters cell, e.g. -p {name.upper()} {value}.")
-        out[name] = parse_value(value)
-    return out
 
 
 def cmd_run(args) -> int:
@@ -316,7 +98,7 @@ def cmd_run(args) -> int:
         print(f"error: {exc} (executed notebook: {exc.executed})", file=sys.stderr)
         return 1
     progress.finish()
-    metric, runs = headline(out)
+    metric, runs = headline(out, contract.get(workload).headline)
     print(f"done in {fmt_duration(time.perf_counter() - t0)}")
     for label, last in runs:
         value = last.get(metric)
@@ -341,10 +123,17 @@ def cmd_report(args) -> int:
     return 0
 
 
-def cmd_sweep(args) -> int:
-    from lib.sweep import sweep_command
+def cmd_new(args) -> int:
+    from lib.scaffold import new
 
-    return sweep_command(args)
+    written = new(args.name)
+    print(f"new workload {args.name}:")
+    for path in written:
+        print(f"  wrote {path.relative_to(ROOT)}")
+    print("next: look for EDIT in them, then `python build_notebooks.py` (six platform "
+          f"notebooks), `train-anywhere run {args.name} -p SMOKE True -p SAMPLE_DATA True` and "
+          f"`python -m pytest tests/test_{args.name}.py`.")
+    return 0
 
 
 class Parser(argparse.ArgumentParser):
@@ -396,9 +185,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out_dir", metavar="OUT_DIR")
     p.set_defaults(fn=cmd_report)
 
-    from lib.sweep import add_sweep_parser
-
     add_sweep_parser(sub, param_help)
+
+    p = sub.add_parser(
+        "new", help="start a workload of your own from a template that runs everywhere",
+        description="Write notebooks_src/NAME.py, lib/workloads/NAME.py and tests/test_NAME.py "
+                    "from a small working template (a classifier of .npz arrays with a "
+                    "synthetic sample); edit the places marked EDIT, then render with "
+                    "`python build_notebooks.py`.")
+    p.add_argument("name", metavar="NAME", help="a lower-case identifier, e.g. my_experiment")
+    p.set_defaults(fn=cmd_new)
     return parser
 
 

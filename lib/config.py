@@ -85,6 +85,12 @@ class RunConfig:
     SCHEDULE_SPANS_EPOCHS: ClassVar[bool] = False
     # True for a workload whose OUT_DIR holds a grid of runs (one folder per cell).
     GRID: ClassVar[bool] = False
+    # The default BATCH_SIZE per device, per accelerator ("cuda": a 16 GB T4/P100, "xla": a
+    # v5e chip's 16 GB HBM, "mps": a Mac's memory shared with the OS).
+    BATCH_SIZES: ClassVar[dict[str, int]] = {}
+    # What COMPILE = "auto" does per device type ("cpu", "cuda"), where torch.compile works
+    # there; missing: off (lib.compile).
+    COMPILE_AUTO: ClassVar[dict[str, bool]] = {}
 
     @classmethod
     def parameter_names(cls) -> list[str]:
@@ -214,9 +220,16 @@ class RunConfig:
         return ""
 
     def resolved_batch_size(self) -> int:
+        """BATCH_SIZE, else the workload's default for this platform's accelerator."""
         if self.batch_size is not None:
             return self.batch_size
-        return PLATFORMS[self.platform].batch_size(self.WORKLOAD)
+        accelerator = PLATFORMS[self.platform].accelerator
+        if accelerator not in self.BATCH_SIZES:
+            raise ConfigError(
+                f"BATCH_SIZE=None, but {self.WORKLOAD} has no default batch for a {accelerator} "
+                f"platform ({self.platform}); set BATCH_SIZE = 32 (or another size), or add "
+                f"{accelerator!r} to BATCH_SIZES in lib/workloads/{self.WORKLOAD}.py.")
+        return self.BATCH_SIZES[accelerator]
 
     def paths(self, runtime: str) -> tuple[Path, Path]:
         """(data_dir, out_dir): the parameters if given, else `runtime`'s defaults."""

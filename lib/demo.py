@@ -1,8 +1,10 @@
-"""`make demo`: `train-anywhere run fashion_mnist` on a small offline sample, into ./demo.
+"""`make demo`: `train-anywhere run` of the demo workload on a small offline sample, into ./demo.
 
-A thin use of the command line (lib/cli.py): the local notebook picks CUDA, MPS or the CPU
-by itself. `python -m lib.demo --real --epochs 14` trains on the real dataset (downloaded
-into ./data on first use); that is `train-anywhere run fashion_mnist -p EPOCHS 14 ...`.
+The demo workload is the one whose contract says `demo=True` (lib/workloads; the
+Fashion-MNIST quickstart). A thin use of the command line (lib/cli.py): the local notebook
+picks CUDA, MPS or the CPU by itself. `python -m lib.demo --real --epochs 14` trains on the
+real dataset (downloaded into ./data on first use); that is `train-anywhere run WORKLOAD -p
+EPOCHS 14 ...`.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lib.cli import ROOT
+from lib import workloads
 from lib.cli import main as cli_main
+from lib.params import ROOT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     sample = str(not args.real)
     # never one folder for both: the sample run and the real one are two experiments
     out = Path(args.out) / ("sample" if not args.real else "real")
-    return cli_main(["run", "fashion_mnist", "-p", "SAMPLE_DATA", sample, "-p", "SMOKE", sample,
+    return cli_main(["run", workloads.demo(), "-p", "SAMPLE_DATA", sample, "-p", "SMOKE", sample,
                      "-p", "EPOCHS", str(args.epochs), "-p", "DATA_DIR", str(ROOT / "data"),
                      "--out", str(out)])
 

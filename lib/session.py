@@ -92,7 +92,7 @@ class Session:
         """Train `task` in the run folder (resuming if it has a checkpoint) on this process's
         device, compiled where COMPILE says (`lib.compile`); the history."""
         run = self.open_run(model_config)
-        on, why = compile.decide(self.cfg.compile, self.cfg.WORKLOAD, self.choice,
+        on, why = compile.decide(self.cfg.compile, self.cfg, self.choice,
                                  self.cfg.smoke, self.cfg.varying_shapes())
         run.log(f"torch.compile: {'on' if on else 'off'} ({why})")
         compile.apply(task.model, on)

@@ -31,6 +31,7 @@ def project(tmp_path):
     shutil.copy(ROOT / "images.toml", tmp_path / "images.toml")
     shutil.copytree(ROOT / "notebooks_src", tmp_path / "notebooks_src")
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    shutil.copytree(ROOT / "lib" / "workloads", tmp_path / "lib" / "workloads")
     return tmp_path
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lib import cli
+from lib import cli, params, workloads
 from lib.metrics import read_jsonl
 from lib.progress import epoch_line
 
@@ -36,8 +36,11 @@ def stderr_lines(proc) -> list[str]:
 def test_list_names_every_workload_and_platform(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
-    for w in ("fashion_mnist", "mamba_spike", "mshnet", "optimizer_study"):
-        assert f"  {w}\n" in out
+    found = sorted(p.stem for p in (ROOT / "notebooks_src").glob("*.py"))
+    assert len(found) >= 4
+    for w in found:  # with its title: the first line of its module's docstring
+        title = workloads.title(w)
+        assert title and f"  {w}  " in out and f"  {title}\n" in out
     for p in ("colab_t4", "colab_tpu", "kaggle_p100", "kaggle_t4x2", "kaggle_tpu", "local_mps"):
         assert f"  {p} " in out
 
@@ -53,7 +56,7 @@ def test_params_are_read_from_the_parameters_cell(capsys):
     assert names == expected
     gamma = next(line for line in lines if line.split()[0] == "GAMMA")
     assert gamma.split()[1] == "0.7" and gamma.endswith("learning-rate decay per epoch (StepLR)")
-    study = {p.name: p for p in cli.parameters("optimizer_study")}
+    study = {p.name: p for p in params.parameters("optimizer_study")}
     assert study["SEEDS"].default == [0, 1, 2] and study["OPTIMIZER"].default is None
 
 
@@ -61,7 +64,7 @@ def test_params_are_read_from_the_parameters_cell(capsys):
                                         ("None", None), ("[0, 1]", [0, 1]), ("adamw", "adamw"),
                                         ("'x y'", "x y"), ("runs/a", "runs/a")])
 def test_parse_value(text, value):
-    assert cli.parse_value(text) == value
+    assert params.parse_value(text) == value
 
 
 @pytest.mark.parametrize("argv,expect", [

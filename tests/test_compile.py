@@ -4,11 +4,12 @@ the same numbers as an eager one, resumes, and leaves checkpoints an uncompiled 
 import pytest
 import torch
 
-from lib import compile
+from lib import compile, workloads
 from lib.config import ConfigError
 from lib.device import Probe, choose_device
 from lib.platforms import get_platform
 from lib.workloads.fashion_mnist import FashionConfig
+from lib.workloads.optimizer_study import OptimizerStudyConfig
 from tests.test_train import make_task, strip, train
 
 T4 = Probe(cuda=True, cuda_name="Tesla T4", capability=(7, 5), arch_list=("sm_75",),
@@ -27,10 +28,10 @@ def test_never_on_a_p100_mps_or_xla():
     mps = _choice("mps", Probe(mps=True), "local_mps")
     xla = _choice("xla", Probe(xla_installed=True), "colab_tpu")
     for choice in (p100, mps, xla):
-        assert compile.decide("auto", "optimizer_study", choice) == (False, choice.compile_note)
+        assert compile.decide("auto", OptimizerStudyConfig, choice) == (False, choice.compile_note)
         with pytest.raises(ConfigError, match="COMPILE=True"):
-            compile.decide(True, "optimizer_study", choice)
-        assert compile.decide(False, "optimizer_study", choice)[0] is False
+            compile.decide(True, OptimizerStudyConfig, choice)
+        assert compile.decide(False, OptimizerStudyConfig, choice)[0] is False
 
 
 def test_auto_follows_the_table_and_stays_off_in_smoke_runs():
@@ -38,15 +39,17 @@ def test_auto_follows_the_table_and_stays_off_in_smoke_runs():
     assert cpu.compile_ok  # this machine has a C++ compiler
     t4 = _choice("cuda", T4)
     if t4.compile_ok:  # Triton installed (it comes with torch's Linux wheels)
-        assert compile.decide("auto", "optimizer_study", t4)[0] is True
-        assert compile.decide("auto", "optimizer_study", t4, smoke=True) == (
+        assert compile.decide("auto", OptimizerStudyConfig, t4)[0] is True
+        assert compile.decide("auto", OptimizerStudyConfig, t4, smoke=True) == (
             False, compile.SMOKE_REASON)
-    for workload, on in compile.AUTO["cpu"].items():
-        decided, why = compile.decide("auto", workload, cpu)
+    for name in workloads.names():  # each workload's COMPILE_AUTO, as its config says
+        config = workloads.get(name).config
+        on = config.COMPILE_AUTO.get("cpu", False)
+        decided, why = compile.decide("auto", config, cpu)
         assert decided is on
         # a user about to wait for a compile is told so, and how not to
         assert ("takes minutes" in why and "COMPILE = False starts at once" in why) is on
-    assert compile.decide(True, "fashion_mnist", cpu) == (True, "COMPILE = True")
+    assert compile.decide(True, FashionConfig, cpu) == (True, "COMPILE = True")
 
 
 def test_auto_does_not_compile_a_mamba_spike_run_whose_t_changes_between_batches():
@@ -57,14 +60,15 @@ def test_auto_does_not_compile_a_mamba_spike_run_whose_t_changes_between_batches
                                                     N_TIME_BINS=None, **changes))
 
     cpu = _choice("cpu", Probe())
-    assert compile.AUTO["cpu"]["mamba_spike"]  # measured: it pays on the CPU at a fixed T
+    assert MambaSpikeRunConfig.COMPILE_AUTO["cpu"]  # measured: it pays on the CPU at a fixed T
     assert run().varying_shapes() == "" and run(DT_US=1000, FIXED_T=300).varying_shapes() == ""
     varying = run(DT_US=1000).varying_shapes()
     assert "DT_US without FIXED_T" in varying
-    assert compile.decide("auto", "mamba_spike", cpu, varying=varying) == (
+    assert compile.decide("auto", MambaSpikeRunConfig, cpu, varying=varying) == (
         False, f"{varying}: each new shape would compile again")
-    assert compile.decide(True, "mamba_spike", cpu, varying=varying) == (True, "COMPILE = True")
-    assert compile.decide("auto", "mamba_spike", cpu, varying="")[0] is True
+    assert compile.decide(True, MambaSpikeRunConfig, cpu, varying=varying) == (
+        True, "COMPILE = True")
+    assert compile.decide("auto", MambaSpikeRunConfig, cpu, varying="")[0] is True
 
 
 def test_compile_is_a_run_setting_and_checked():

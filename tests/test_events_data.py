@@ -15,7 +15,6 @@ from lib.data.events import (
     DVSGESTURE_LIGHTING,
     FramesToTensor,
     SparseFrames,
-    cache_file,
     collate_fn,
     dense_frames,
     frame_hw,
@@ -65,14 +64,16 @@ def test_sample_frames_shape_content_and_cache(name, data_dir):
         assert frames.shape == (info["T"], 2, h, w) and frames.dtype == torch.uint8
         assert frames.sum() > 50 and isinstance(label, int)
     assert sorted({label for _, label in first}) == list(range(n_classes))
-    # The second read must come from the HDF5 cache: remove the recordings and read again.
+    # Once packed, reads come from the shards: remove the recordings and read again.
+    events.warm_cache(train, test, progress=False)
     shutil.move(str(data_dir / "sample"), str(data_dir / "moved"))
     try:
         again = [train[i] for i in range(len(train))]
     finally:
         shutil.move(str(data_dir / "moved"), str(data_dir / "sample"))
     assert all(torch.equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(first, again, strict=True))
-    assert any(p.suffix == ".hdf5" for p in (data_dir / "cache").rglob("*"))
+    shards = [p for p in (data_dir / "cache").rglob("shard-*.npy") if name in p.parent.name]
+    assert 2 <= len(shards) <= 6  # data + index per split: few files, not one per recording
 
 
 def _leave_one_out_nearest_mean(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -188,18 +189,16 @@ def test_dt_framing_gives_true_bins_and_fixed_t_pads_or_crops(data_dir):
 
 
 def test_the_cache_holds_sparse_frames_that_read_back_exactly(data_dir):
-    """The cache file stores the non-zero counts and their places, not the dense array; the
-    frames read from it equal tonic's framing of the recording (and old dense caches load)."""
-    import h5py
-
-    train, _, _ = event_datasets("nmnist", data_dir, sample=True, n_time_bins=300)
-    frames, _ = train[3]  # framed now and cached
-    with h5py.File(cache_file(train, 3)) as f:
-        stored = f["data/0"][()]
+    """The pack stores the non-zero counts and their places, not the dense array; the frames
+    read from it equal tonic's framing of the recording (and dense frames still load)."""
+    train, test, _ = event_datasets("nmnist", data_dir, sample=True, n_time_bins=300)
+    fresh = train.dataset[3][0]  # the unpacked path: events -> frames -> SparseFrames
+    events.warm_cache(train, test, progress=False)
+    stored, label = train.reader.get(3)
+    frames = train[3][0]
     assert stored.ndim == 1 and stored[:5].tolist() == [4, 300, 2, 34, 34]
     assert len(stored) - 5 == int((frames != 0).sum()) < 0.02 * frames.numel()
-    fresh = train.dataset[3][0]  # the uncached path: events -> frames -> SparseFrames
-    assert torch.equal(dense_frames(fresh), frames) and torch.equal(train[3][0], frames)
+    assert torch.equal(dense_frames(fresh), frames) and label == train.dataset[3][1]
     raw = frames.numpy().astype(np.int16)
     assert torch.equal(FramesToTensor()(raw), frames)  # a dense cache entry still loads
     assert torch.equal(dense_frames(SparseFrames()(raw)), frames)
@@ -207,22 +206,35 @@ def test_the_cache_holds_sparse_frames_that_read_back_exactly(data_dir):
         SparseFrames()(np.full((1, 2, 1, 1), 70_000))
 
 
-def test_the_fast_cache_read_gives_what_tonics_reader_gives_and_reframes_a_corrupt_file(
-        data_dir):
-    """EventCache reads tonic's files itself; the result must be tonic's, and a cache file it
-    cannot read (cut short by a full disk, say) is framed and written again, not an error."""
-    from tonic.cached_dataset import load_from_disk_cache
+def test_a_build_killed_mid_way_keeps_complete_shards_and_resumes_after_them(
+        tmp_path, monkeypatch):
+    """Shards are renamed into place whole: a kill leaves complete shards and at most a
+    temporary file that no reader takes; the next build frames only what is missing, and a
+    reader never mistakes the unpacked rest for packed."""
+    from lib.data import packed
 
-    train, _, _ = event_datasets("nmnist", data_dir, sample=True, n_time_bins=30)
-    assert isinstance(train, tonic.DiskCachedDataset)
-    frames, label = train[5]  # framed and cached by tonic's own path
-    data, target = load_from_disk_cache(str(cache_file(train, 5)))
-    again, label_again = train[5]  # read by EventCache
-    assert torch.equal(again, FramesToTensor()(data)) and label_again == int(target) == label
-    good = cache_file(train, 5).read_bytes()
-    cache_file(train, 5).write_bytes(good[: len(good) // 2])
-    assert torch.equal(train[5][0], frames)
-    assert cache_file(train, 5).read_bytes() == good
+    train, _, _ = event_datasets("nmnist", tmp_path, sample=True, n_time_bins=12)
+    expected = [train[i] for i in range(len(train))]  # framed from the events, not packed
+    monkeypatch.setattr(packed, "SHARD_BYTES", 1)  # a shard per recording: many boundaries
+    real_add, added = packed.PackWriter.add, []
+
+    def add_then_die(self, record, label):
+        if len(added) == 7:
+            raise KeyboardInterrupt  # a lost runtime between two shards
+        added.append(1)
+        real_add(self, record, label)
+
+    monkeypatch.setattr(packed.PackWriter, "add", add_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        events.warm_cache(train, progress=False)
+    assert packed.PackReader(train.cache_path).packed() == 7
+    assert packed.read_manifest(train.cache_path) is None
+    assert torch.equal(train[8][0], expected[8][0])  # not yet packed: framed, right
+    monkeypatch.setattr(packed.PackWriter, "add", real_add)
+    assert events.warm_cache(train, progress=False) == len(train) - 7
+    assert packed.read_manifest(train.cache_path)["records"] == len(train)
+    assert all(torch.equal(train[i][0], x) and train[i][1] == y
+               for i, (x, y) in enumerate(expected))
 
 
 def test_counts_above_255_are_clipped_with_a_note_once(monkeypatch, capsys):

@@ -23,6 +23,7 @@ import nbformat
 import papermill
 import pytest
 
+from lib import workloads
 from lib.metrics import read_jsonl
 from lib.platforms import PLATFORMS
 from tests import lanes
@@ -37,16 +38,9 @@ if LANE and LANE not in IMAGES:
     raise pytest.UsageError(f"TA_LANE={LANE!r} is not an image of images.toml: {sorted(IMAGES)}")
 RUN = {LANE: IMAGES[LANE]} if LANE else IMAGES
 WORKLOADS = sorted(p.stem for p in (ROOT / "notebooks_src").glob("*.py"))
-# SMOKE + SAMPLE_DATA, one epoch, at the XLA lane's sizes (tests/test_xla_*.py) so that an
-# XLA-on-CPU lane compiles in minutes: Mamba-Spike's official T=300 does not finish a batch
-# in ten, and MSHNet's smoke batch of 16 takes minutes per step.
-PARAMETERS = {
-    "fashion_mnist": dict(SMOKE_BATCHES=2),
-    "mshnet": dict(SMOKE_BATCHES=2, BATCH_SIZE=8),
-    "mamba_spike": dict(SMOKE_BATCHES=2, BATCH_SIZE=4, DATASET="nmnist", N_TIME_BINS=4,
-                        DOWNSAMPLE=2, D_MODEL=16, N_LAYERS=1, SPIKE_CHANNELS=8),
-    "optimizer_study": dict(SMOKE_BATCHES=2, BATCH_SIZE=16, OPTIMIZERS=["adamw"], SEEDS=[0]),
-}
+# SMOKE + SAMPLE_DATA, one epoch, at each workload's `tiny` sizes (its contract,
+# lib/workloads) so that an XLA-on-CPU lane compiles in minutes.
+PARAMETERS = {w: workloads.get(w).tiny for w in WORKLOADS}
 CASES = [pytest.param(image, platform, workload, id=f"{image}-{platform}-{workload}")
          for image, spec in RUN.items() for platform in spec["platforms"]
          for workload in spec.get("workloads", WORKLOADS)]  # a lane may run only some

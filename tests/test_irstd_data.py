@@ -294,3 +294,23 @@ def test_overlay_colours_truth_green_prediction_red_and_both_yellow():
     assert rgb[1, 1].tolist() == [0, 1, 0] and rgb[5, 5].tolist() == [1, 0, 0]
     assert rgb[2, 2].tolist() == [1, 1, 0]
     assert rgb[0, 0, 0] == rgb[0, 0, 1] == rgb[0, 0, 2] > 0  # grey background
+
+
+def test_images_and_masks_are_read_once_per_session_not_every_epoch(copy):
+    """Every file is read when the dataset is made; reading items (every epoch) opens none,
+    and gives what decoding the files gives."""
+    import sys
+
+    from lib.data.irstd import load_pair
+
+    root = copy()
+    ds = IRSTDDataset(find_layout(root), "train", 64, 64, augment=False)
+    opened = []
+    sys.addaudithook(lambda event, args: opened.append(args[0]) if event == "open" else None)
+    items = [ds[i] for i in range(len(ds))]
+    mine = [p for p in opened if str(root) in str(p)]
+    assert mine == [] and len(items) == len(ds) >= 6
+    image, mask = load_pair(ds.images[2], ds.masks[2])  # from the files themselves
+    again = load_pair(ds.images[2], ds.masks[2], image_bytes=ds.image_bytes[2],
+                      mask_bytes=ds.mask_bytes[2])
+    assert image.tobytes() == again[0].tobytes() and mask.tobytes() == again[1].tobytes()

@@ -11,7 +11,7 @@ import torch
 from lib.config import ConfigError
 from lib.data import events, events_sample
 from lib.data.events import build_datasets as event_datasets
-from lib.data.events import cache_file, warm_cache
+from lib.data.events import warm_cache
 from lib.models.mamba_spike import MambaSpike, count_parameters
 from lib.plots import firing_rates
 from lib.workloads import mamba_spike as ms
@@ -151,30 +151,32 @@ def _sample(tmp_path, **framing):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_warm_cache_frames_each_recording_once_even_under_a_notebooks_tqdm(
         tmp_path, monkeypatch, workers):
-    """Loader workers never frame (and write) the same recording twice, which h5py's file
-    lock turns into a crash when it happens at once; not even with a tqdm that iterates what
-    it is given twice (tqdm.auto's notebook wrapper did; the bar now only counts)."""
+    """Loader workers never frame the same recording twice; not even with a tqdm that
+    iterates what it is given twice (tqdm.auto's notebook wrapper did; the bar now only
+    counts). The frames land in a few shard files, not one file per recording."""
     import tqdm.asyncio
     import tqdm.auto
+
+    from lib.data import events
 
     monkeypatch.setattr(tqdm.auto, "tqdm", tqdm.asyncio.tqdm)
     train, test, _ = _sample(tmp_path)
     log = tmp_path / "framed.log"  # appended to by the worker processes too
-    real = tonic.cached_dataset.save_to_disk_cache
+    real = events._Framer.__getitem__
 
-    def logged(data, target, path, **kw):
+    def logged(self, k):
         with open(log, "a") as f:
-            f.write(f"{path}\n")
-        return real(data, target, path, **kw)
+            f.write(f"{self.dataset.train}-{self.indices[k]}\n")
+        return real(self, k)
 
-    monkeypatch.setattr(tonic.cached_dataset, "save_to_disk_cache", logged)
+    monkeypatch.setattr(events._Framer, "__getitem__", logged)
     rng = torch.get_rng_state()
     assert warm_cache(train, test, workers=workers, progress=False) == 60
     assert torch.equal(torch.get_rng_state(), rng)  # model initialisation follows
     calls = log.read_text().split()
-    assert len(calls) == len(set(calls)) == 60 and all(c.endswith(".hdf5.part") for c in calls)
-    assert all(cache_file(train, i).exists() for i in range(40))
-    assert not list(tmp_path.rglob("*.part"))
+    assert len(calls) == len(set(calls)) == 60
+    assert len(list(tmp_path.rglob("shard-*.npy"))) == 4  # data + index, per split
+    assert not list(tmp_path.rglob("*.tmp"))
     assert warm_cache(train, test, progress=False) == 0
     (tmp_path / "sample").rename(tmp_path / "moved")  # every read must now hit the cache
     first, label = train[0]

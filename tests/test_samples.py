@@ -39,3 +39,26 @@ def test_a_sample_of_an_older_generator_is_written_again(name, tmp_path):
     marker.unlink()  # no marker at all: a sample written before markers existed
     WRITERS[name](tmp_path)
     assert _contents(tmp_path) == written and marker.exists()
+
+
+@pytest.mark.parametrize("writer,reader", [("cifar_sample", "cifar"),
+                                           ("events_sample", "events"),
+                                           ("irstd_sample", "irstd")])
+def test_sample_writers_never_import_their_readers(writer, reader):
+    """Imports go one way: a reader imports its writer (to write the sample), a writer imports
+    neither its reader nor any module that imports it (shared names are in lib.data.classes)."""
+    import ast
+    from pathlib import Path
+
+    import lib.data
+
+    source = (Path(lib.data.__file__).parent / f"{writer}.py").read_text()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        elif isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names}
+    assert f"lib.data.{reader}" not in imported, sorted(imported)
+    assert not any(m.startswith("lib.data.") and m.split(".")[2] in ("cifar", "events", "irstd")
+                   for m in imported), sorted(imported)

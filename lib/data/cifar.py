@@ -14,38 +14,15 @@ import torch
 from torchvision import datasets
 from torchvision.transforms import v2
 
+from lib.data.cifar_sample import write_cifar_sample
+from lib.data.classes import (  # noqa: F401  (re-exported: the readers' names)
+    CIFAR10_CLASSES,
+    CIFAR100_CLASSES,
+    CIFAR100_COARSE,
+    CIFAR100_SUPERCLASSES,
+)
 from lib.data.label_noise import add_label_noise
 from lib.errors import DataError, DataNotFound
-
-# The official class names (the meta files list each set in alphabetical order; label i is
-# the i-th name). The sample writer (lib.data.cifar_sample) takes them from here.
-CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                   "ship", "truck")
-CIFAR100_SUPERCLASSES = {
-    "aquatic_mammals": ("beaver", "dolphin", "otter", "seal", "whale"),
-    "fish": ("aquarium_fish", "flatfish", "ray", "shark", "trout"),
-    "flowers": ("orchid", "poppy", "rose", "sunflower", "tulip"),
-    "food_containers": ("bottle", "bowl", "can", "cup", "plate"),
-    "fruit_and_vegetables": ("apple", "mushroom", "orange", "pear", "sweet_pepper"),
-    "household_electrical_devices": ("clock", "keyboard", "lamp", "telephone", "television"),
-    "household_furniture": ("bed", "chair", "couch", "table", "wardrobe"),
-    "insects": ("bee", "beetle", "butterfly", "caterpillar", "cockroach"),
-    "large_carnivores": ("bear", "leopard", "lion", "tiger", "wolf"),
-    "large_man-made_outdoor_things": ("bridge", "castle", "house", "road", "skyscraper"),
-    "large_natural_outdoor_scenes": ("cloud", "forest", "mountain", "plain", "sea"),
-    "large_omnivores_and_herbivores": ("camel", "cattle", "chimpanzee", "elephant", "kangaroo"),
-    "medium_mammals": ("fox", "porcupine", "possum", "raccoon", "skunk"),
-    "non-insect_invertebrates": ("crab", "lobster", "snail", "spider", "worm"),
-    "people": ("baby", "boy", "girl", "man", "woman"),
-    "reptiles": ("crocodile", "dinosaur", "lizard", "snake", "turtle"),
-    "small_mammals": ("hamster", "mouse", "rabbit", "shrew", "squirrel"),
-    "trees": ("maple_tree", "oak_tree", "palm_tree", "pine_tree", "willow_tree"),
-    "vehicles_1": ("bicycle", "bus", "motorcycle", "pickup_truck", "train"),
-    "vehicles_2": ("lawn_mower", "rocket", "streetcar", "tank", "tractor"),
-}
-# The official meta lists both name sets in alphabetical order; label i is the i-th name.
-CIFAR100_CLASSES = tuple(sorted(c for group in CIFAR100_SUPERCLASSES.values() for c in group))
-CIFAR100_COARSE = tuple(sorted(CIFAR100_SUPERCLASSES))
 
 NAMES = ("cifar10", "cifar100")
 # Per-channel mean and std of the training pixels (std over all pixels, not of image means).
@@ -182,6 +159,4 @@ def example_grid(dataset, name: str, n: int = 16) -> tuple[torch.Tensor, list[st
 
 
 def _write_sample(folder, name):
-    from lib.data.cifar_sample import write_cifar_sample  # the writer imports this module
-
     return write_cifar_sample(folder, name)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from lib import atomic
 from lib.data import samples
-from lib.data.cifar import (
+from lib.data.classes import (
     CIFAR10_CLASSES,
     CIFAR100_CLASSES,
     CIFAR100_COARSE,

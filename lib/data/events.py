@@ -4,10 +4,10 @@ tonic's `NMNIST`, `DVSGesture` and `CIFAR10DVS` are the only loaders; they downl
 platform. Each recording goes Denoise(10 ms) -> optional spatial Downsample -> ToFrame, either
 `n_time_bins` frames spread over the recording (the official code's framing) or true
 `dt_us`-wide bins (variable T; `fixed_T` pads/crops to a static length, which XLA needs).
-Frames are cached as HDF5 by `tonic.DiskCachedDataset`, so framing is paid once. They are
-cached sparse (the non-zero counts and where they are, packed in one array: N-MNIST frames are
-~0.2% non-zero), which reads several times faster than tonic's lzf-compressed dense arrays and
-takes less disk. `EventCache` reads tonic's files through h5py's low-level API.
+Frames are framed once by `warm_cache` and kept packed in a few large files (`lib.data.packed`:
+shards of ~128 MB read through a memory map), not one file per recording: on a FUSE mount
+such as Colab's Drive every open is a round trip. They are stored sparse (the non-zero counts
+and where they are, packed in one array: N-MNIST frames are ~0.2% non-zero).
 
 Frames leave the dataset as uint8 counts per pixel per bin and become float on the device (the
 model casts them): a quarter of float32's bytes to fill, batch and copy to the accelerator.
@@ -19,17 +19,16 @@ download check bypassed the way tonic's own tests do; real data never takes that
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import h5py
 import numpy as np
 import tonic
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, Subset, random_split
 
-from lib.data import samples
+from lib.data import events_sample, packed, samples, space
+from lib.data.classes import CIFAR10DVS_CLASSES, DVSGESTURE_LIGHTING  # noqa: F401
 from lib.errors import DataError, DataNotFound
 
 NAMES = ("nmnist", "dvsgesture", "cifar10dvs")
@@ -38,15 +37,10 @@ TONIC_CLASSES = {"nmnist": tonic.datasets.NMNIST, "dvsgesture": tonic.datasets.D
 # The official code's framing: window / 1 ms for N-MNIST (300) and DVS Gesture (500),
 # 1 s / 10 ms for CIFAR10-DVS (100).
 OFFICIAL_TIME_BINS = {"nmnist": 300, "dvsgesture": 500, "cifar10dvs": 100}
-CIFAR10DVS_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                      "ship", "truck")
-DVSGESTURE_LIGHTING = ("fluorescent", "led", "natural")
 
 
 def _write_sample(name: str, folder: Path) -> Path:
-    """The offline sample of `name` in its real format (the writer imports this module)."""
-    from lib.data import events_sample
-
+    """The offline sample of `name` in its real format."""
     return getattr(events_sample, f"write_{name}_sample")(folder)
 # A frame holds the events of one pixel and polarity in one time bin: uint8 keeps up to 255.
 MAX_COUNT = 255
@@ -168,45 +162,34 @@ def pad_collate(batch):
     return pad_sequence(list(frames), batch_first=True), torch.tensor(labels)
 
 
-def _read_entry(path: str):
-    """(data, target) of a one-copy tonic cache file, read with h5py's low-level API."""
-    fid = h5py.h5f.open(path.encode(), h5py.h5f.ACC_RDONLY)
-    try:
-        out = []
-        for name in (b"data/0", b"target/0"):
-            ds = h5py.h5d.open(fid, name)
-            value = np.empty(ds.shape, dtype=ds.dtype)
-            ds.read(h5py.h5s.ALL, h5py.h5s.ALL, value)
-            out.append(value if value.ndim else value[()])  # a 0-d label as a scalar
-        return tuple(out)
-    finally:
-        fid.close()
+class PackedEvents(Dataset):
+    """The framed recordings of a tonic dataset, read from a packed folder (`lib.data.packed`).
 
-
-class EventCache(tonic.DiskCachedDataset):
-    """tonic's DiskCachedDataset, its files and how it writes them, with a faster read.
-
-    tonic's reader walks each file's groups through h5py's high-level objects: ~0.6 ms per
-    recording, more than everything else in a cached read. The two datasets tonic writes for
-    one array and one label ("data/0", "target/0") read in ~0.1 ms through h5py's low-level
-    API. Anything else (no file yet, an unreadable one, another layout, several copies) takes
-    tonic's own path, which frames the recording and writes the file again.
+    `warm_cache` frames every recording once into a few large shards; a read is then a slice
+    of a memory map (one open per shard per process, not one per recording). A recording not
+    yet packed is framed from its events on each read (correct, slow) and never written here:
+    only `warm_cache`, in one process, writes the shards.
     """
 
-    def __getitem__(self, item):
-        if self.num_copies != 1:
-            return super().__getitem__(item)
-        try:
-            data, target = _read_entry(os.path.join(self.cache_path, f"{item}_0.hdf5"))
-        except (OSError, KeyError):
-            return super().__getitem__(item)
-        if self.transform is not None:
-            data = self.transform(data)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        if self.transforms is not None:
-            data, target = self.transforms(data, target)
-        return data, target
+    def __init__(self, dataset, cache_path: Path, fixed_t: int | None = None):
+        self.dataset, self.cache_path = dataset, str(cache_path)
+        self.transform = FramesToTensor(fixed_t)
+        self.reader = packed.PackReader(Path(cache_path))
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def frames(self, index: int) -> tuple[np.ndarray, int]:
+        """(sparse frames, label) of recording `index`, packed or framed now."""
+        got = self.reader.get(index)
+        if got is None:
+            data, target = self.dataset[index]
+            got = np.asarray(data), int(target)
+        return got
+
+    def __getitem__(self, index: int):
+        data, target = self.frames(index)
+        return self.transform(data), int(target)
 
 
 def _sort_by_path(ds) -> None:
@@ -226,6 +209,13 @@ def _require_aedat() -> None:
     except ImportError as exc:
         raise ModuleNotFoundError("reading CIFAR10-DVS (.aedat4) needs the `aedat` package; "
                                   "run `pip install aedat` and restart the kernel.") from exc
+
+
+# What a download needs, archive and unpacked files together, where published: DVS Gesture's
+# README ("3 GB for the tar file, 5 GB for the extracted data"); CIFAR10-DVS's 10,000 .aedat4
+# are about 7 GB (issue 24) and its archive compresses events little, so twice that.
+# N-MNIST's sizes are not published beside it: no estimate, no check.
+DOWNLOAD_BYTES = {"dvsgesture": 8 * 10**9, "cifar10dvs": 14 * 10**9}
 
 
 def _recordings(folder: Path) -> int:
@@ -268,6 +258,8 @@ def load_events(name: str, root: Path, train: bool | None, transform=None, *,
     kwargs = {} if name == "cifar10dvs" else {"train": bool(train)}
     if sample:  # only sample files skip tonic's "archive present and >= N files" check
         cls = type(cls.__name__, (cls,), {"_check_exists": lambda self: True})
+    elif name in DOWNLOAD_BYTES and not (root / cls.__name__).is_dir():  # nothing there yet
+        space.require(root, DOWNLOAD_BYTES[name], f"downloading and unpacking {cls.__name__}")
     try:
         ds = cls(str(root), transform=transform, **kwargs)
     except (OSError, RuntimeError) as exc:  # the download failed or its md5 did not match
@@ -278,11 +270,10 @@ def load_events(name: str, root: Path, train: bool | None, transform=None, *,
     return ds
 
 
-def _cached(ds, cache_dir: Path, tag: str, fixed_t: int | None):
-    """DiskCachedDataset whose folder names everything that changes the cached frames."""
-    # Sparse arrays are small: lzf would cost more time to undo than it saves in bytes.
-    return EventCache(ds, cache_path=str(cache_dir / f"{tag}_packed_n{len(ds)}"),
-                      transform=FramesToTensor(fixed_t), target_transform=int, compress=False)
+def _cached(ds, cache_dir: Path, tag: str, fixed_t: int | None) -> PackedEvents:
+    """Packed frames in a folder whose name says everything that changes them."""
+    folder = cache_dir / f"{tag}_pack{packed.FORMAT_VERSION}_n{len(ds)}"
+    return PackedEvents(ds, folder, fixed_t)
 
 
 def build_datasets(name: str, data_dir: Path, *, sample: bool = False,
@@ -334,31 +325,26 @@ def build_datasets(name: str, data_dir: Path, *, sample: bool = False,
     return train, test, info
 
 
-def cache_file(cached: tonic.DiskCachedDataset, index: int) -> Path:
-    """Where tonic's DiskCachedDataset keeps recording `index` (one copy per sample)."""
-    return Path(cached.cache_path) / f"{index}_0.hdf5"
-
-
 class _Framer(Dataset):
-    """Item k frames recording `indices[k]` into its cache file via a temporary name."""
+    """Item k: (sparse frames, label) of recording `indices[k]`, framed from its events."""
 
-    def __init__(self, cached: tonic.DiskCachedDataset, indices: list[int]):
-        self.cached, self.indices = cached, indices
+    def __init__(self, dataset, indices: range):
+        self.dataset, self.indices = dataset, indices
 
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, k: int) -> int:
-        path = cache_file(self.cached, self.indices[k])
-        tmp = path.with_name(f".{path.name}.part")  # not a name tonic would ever read
-        data, target = self.cached.dataset[self.indices[k]]
-        tonic.cached_dataset.save_to_disk_cache(data, target, tmp, compress=self.cached.compress)
-        os.replace(tmp, path)
-        return 0
+    def __getitem__(self, k: int):
+        data, target = self.dataset[self.indices[k]]
+        return np.asarray(data), int(target)
 
 
-def _disk_caches(datasets) -> list[tonic.DiskCachedDataset]:
-    """The distinct DiskCachedDatasets under `datasets` (CIFAR10-DVS splits share one)."""
+def _as_is(item):
+    return item
+
+
+def _packed_sets(datasets) -> list[PackedEvents]:
+    """The distinct PackedEvents under `datasets` (CIFAR10-DVS splits share one)."""
     found = {}
     for ds in datasets:
         while isinstance(ds, Subset):
@@ -367,28 +353,47 @@ def _disk_caches(datasets) -> list[tonic.DiskCachedDataset]:
     return list(found.values())
 
 
-def warm_cache(*datasets, workers: int = 0, progress: bool = True) -> int:
-    """Frame every recording not yet in its disk cache; return how many were framed.
+def cache_bytes_estimate(cached: PackedEvents, probe: int = 8) -> int:
+    """Bytes the packed frames will take, from the first `probe` recordings framed now."""
+    n = min(probe, len(cached))
+    if n == 0:
+        return 0
+    sizes = [np.asarray(cached.dataset[i][0]).nbytes for i in range(n)]
+    return int(sum(sizes) / n * len(cached) * 1.1) + 2**20
 
-    Run it in the notebook process before training: training processes then only read the
-    cache, so DDP/XLA ranks (which all evaluate the whole test set) never write the same HDF5
-    file at once, and a kill mid-write leaves a `.part` file, never a half cache entry.
+
+def warm_cache(*datasets, workers: int = 0, progress: bool = True) -> int:
+    """Frame every recording not yet packed, in order, into its shards; return how many were
+    framed.
+
+    Run it in the notebook process before training: training processes then only read, so
+    DDP/XLA ranks never write a shard at once. A kill mid-build keeps every complete shard
+    (written under a temporary name, renamed when whole); the next call goes on after them.
+    Before framing, the free space of the cache's disk is checked against an estimate.
     """
     from lib import progress as progress_bar
 
     framed = 0
-    for cached in _disk_caches(datasets):
-        missing = [i for i in range(len(cached)) if not cache_file(cached, i).exists()]
-        if not missing:
+    for cached in _packed_sets(datasets):
+        folder = Path(cached.cache_path)
+        if packed.read_manifest(folder) is not None:
             continue
+        writer = packed.PackWriter(folder, len(cached))
+        missing = range(writer.done, len(cached))
+        if missing:
+            need = cache_bytes_estimate(cached) * len(missing) // len(cached)
+            space.require(folder, need, f"framing {len(missing)} recordings into {folder.name}")
         # Its own generator: iterating must not draw from the global RNG (model init follows).
-        loader = DataLoader(_Framer(cached, missing), batch_size=None, num_workers=workers,
-                            generator=torch.Generator())
-        bar = (progress_bar.bar(len(loader), f"framing {Path(cached.cache_path).name}", "rec")
-               if progress else progress_bar.NoBar())
-        for _ in loader:
+        loader = DataLoader(_Framer(cached.dataset, missing), batch_size=None,
+                            num_workers=workers, collate_fn=_as_is, generator=torch.Generator())
+        bar = (progress_bar.bar(len(loader), f"framing {folder.name}", "rec")
+               if progress and missing else progress_bar.NoBar())
+        for data, target in loader:
+            writer.add(data, target)
             bar.update(1)
         bar.close()
+        writer.close()
+        cached.reader.refresh()
         framed += len(missing)
     return framed
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from lib import atomic
 from lib.data import samples
-from lib.data.events import CIFAR10DVS_CLASSES, DVSGESTURE_LIGHTING
+from lib.data.classes import CIFAR10DVS_CLASSES, DVSGESTURE_LIGHTING
 
 
 def _blob(rng: np.random.Generator, position: float, n_classes: int, size: int,

@@ -11,10 +11,11 @@ Layout of `--out DIR`:
     DIR/cells/<cell>/DONE.json     the cell finished (a re-run skips it) ...
     DIR/cells/<cell>/FAILED.json   ... or failed, with its one-line error (a re-run retries)
 
-Each cell's OUT_DIR is `DIR/cells/<cell>/run`, except for workloads whose notebook keeps
-one folder per grid run itself (the optimizer study): their cells share `DIR`, so the
-study's own summary (results.csv, summary.md, figures) covers them all. The backends
-(`local`, `slurm`, `kaggle`, `colab`: one module each) only decide where `run_cell` runs.
+Each cell's OUT_DIR is `DIR/cells/<cell>/run`, except for GRID workloads, whose notebook keeps
+one folder per grid run itself (lib/workloads: the contract): their cells share `DIR`, so the
+workload's own summary (the optimizer study's results.csv, summary.md, figures) covers them
+all. The backends (`local`, `slurm`, `kaggle`, `colab`: one module each) only decide where
+`run_cell` runs.
 """
 
 from __future__ import annotations
@@ -25,23 +26,22 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from lib import atomic
-from lib.cli import (
+from lib import workloads as contract
+from lib.params import (
     UsageError,
     absolute_paths,
     check_platform,
     check_workload,
+    closest,
     collect_overrides,
-    config_class,
     parameters,
     parse_value,
     resolve_params,
 )
 
 BACKENDS = ("local", "slurm", "kaggle", "colab")
-SHARED_OUT = {"optimizer_study"}  # notebooks that keep one folder per grid run in OUT_DIR
 SWEEP = "sweep.json"
 CELL, DONE, FAILED = "cell.json", "DONE.json", "FAILED.json"
 
@@ -75,9 +75,7 @@ def parse_grid(items: list[str] | None, workload: str) -> dict[str, list]:
         if not sep or not name or not values:
             raise UsageError(f"--grid {item!r} is not NAME=v1,v2,...; e.g. --grid SEED=0,1,2.")
         if name not in known:
-            from lib.cli import _closest
-
-            raise UsageError(f"unknown parameter {name}{_closest(name, known)} in --grid for "
+            raise UsageError(f"unknown parameter {name}{closest(name, known)} in --grid for "
                              f"{workload}; see `train-anywhere params {workload}`.")
         if name in grid:
             raise UsageError(f"--grid {name} is given twice; list its values once: "
@@ -108,7 +106,7 @@ def plan(args) -> tuple[dict, list[Cell]]:
     if clash:
         raise UsageError(f"{clash[0]} is both in --grid and -p; keep it in one of them.")
     out = Path(args.out).expanduser().resolve()
-    shared = workload in SHARED_OUT
+    shared = contract.get(workload).grid  # the workload keeps one folder per grid run
     remote = args.on in ("kaggle", "colab")
     # Remote cells get their paths as given (they name the remote machine's folders).
     sweep = {"workload": workload, "platform": platform, "grid": grid,
@@ -183,7 +181,7 @@ def add_sweep_parser(sub, param_help: str) -> None:
                    help="the Colab VM's accelerator (default T4)")
     p.add_argument("--poll", type=float, default=30.0, metavar="SECONDS",
                    help="how often remote backends ask for status (default 30)")
-    p.set_defaults(fn=lambda args: sweep_command(args))
+    p.set_defaults(fn=sweep_command)
 
 
 DEFAULT_PLATFORM = {"local": "local_mps", "slurm": "local_mps", "kaggle": "kaggle_p100",
@@ -224,9 +222,3 @@ def sweep_command(args) -> int:
     print(report(out))
     return 0
 
-
-def config_for(spec: dict) -> Any:
-    """The validated config of one cell (from its cell.json)."""
-    params = {p.name: p.default for p in parameters(spec["workload"])}
-    params.update(spec["params"], PLATFORM=spec["platform"])
-    return config_class(spec["workload"]).from_params(params)

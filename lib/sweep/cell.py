@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 from lib import atomic
-from lib.cli import ROOT, NotebookFailed, execute, headline
+from lib import workloads as contract
+from lib.execute import NotebookFailed, execute, headline
+from lib.params import ROOT
 
 CELL, DONE, FAILED = "cell.json", "DONE.json", "FAILED.json"
 
@@ -22,11 +24,11 @@ CELL, DONE, FAILED = "cell.json", "DONE.json", "FAILED.json"
 def finish(cell_dir: Path, out_dir: Path, started: float) -> dict:
     """Write DONE.json for a cell whose outputs are in `out_dir`.
 
-    When cells share OUT_DIR (the optimizer study) the cell's run is the one whose
+    When cells share OUT_DIR (a GRID workload) the cell's run is the one whose
     metrics.jsonl changed since the cell started.
     """
-    metric, runs = headline(out_dir)
     spec = json.loads((cell_dir / CELL).read_text())
+    metric, runs = headline(out_dir, contract.get(spec["workload"]).headline)
     if spec.get("shared_out"):
         fresh = [(label, last) for label, last in runs
                  if (Path(out_dir) / label / "metrics.jsonl").stat().st_mtime >= started - 1]

@@ -9,7 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from lib.cli import ROOT
+from lib.params import ROOT
 
 
 def _one(cell) -> tuple[object, int, float]:

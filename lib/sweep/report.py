@@ -1,9 +1,9 @@
 """`train-anywhere report OUT_DIR`: the results of a finished run, study or sweep, as text.
 
-Nothing trains. A sweep (DIR/sweep.json) gets one row per cell; the optimizer study (run
-folders with DONE.json, also when swept) gets its own summary (lib.study_plots.report:
-results.csv, summary.md, curves and bars); a plain run folder gets its last epoch and
-`curves.png`.
+Nothing trains. A sweep (DIR/sweep.json) gets one row per cell; a GRID workload's folder (the
+optimizer study's, also when swept) gets the workload's own `summary` (lib/workloads: the
+contract); a plain run folder gets its last epoch and `curves.png`. The workload and its
+headline metric are read from the folder's config.json.
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ import csv
 import json
 from pathlib import Path
 
-from lib.cli import UsageError, headline
+from lib import workloads as contract
+from lib.execute import headline
+from lib.experiment import read_config
 from lib.metrics import read_jsonl
+from lib.params import UsageError, config_for
 
 
 def _figures_closed(fn):
@@ -30,16 +33,30 @@ def _figures_closed(fn):
     return wrapped
 
 
-@_figures_closed
-def study(out: Path, dataset=None, noise_mode=None, label_noise=None) -> str:
-    from lib.study_plots import report as study_report
+def workload_of(out: Path) -> str | None:
+    """The workload whose runs `out` holds, from the nearest config.json under it (None: a
+    folder from before config.json named it)."""
+    for path in sorted(Path(out).rglob("config.json"), key=lambda p: len(p.parts)):
+        config = read_config(path.parent) or {}
+        name = config.get("experiment", config).get("workload")
+        if name in contract.names():
+            return name
+    return None
 
+
+def _first_score(out: Path) -> str:
+    """A run's headline when its workload is unknown: the first test_ score it records."""
+    last = next((r[-1] for p in sorted(out.rglob("metrics.jsonl")) if (r := read_jsonl(p))), {})
+    return next((k for k in last if k.startswith("test_") and k != "test_loss"), "test_loss")
+
+
+@_figures_closed
+def summary(out: Path, workload: str, cfg=None) -> str:
+    """A GRID workload's own summary of `out` (at cfg's settings, when given)."""
     try:
-        rep = study_report(out, dataset, noise_mode, label_noise)
+        return contract.get(workload).summary(out, cfg)
     except ValueError as exc:
         raise UsageError(str(exc).strip().splitlines()[-1]) from None
-    written = "\n".join(f"  {k:<12} {v}" for k, v in rep.paths.items())
-    return f"{rep.table}\n{len(rep.rows)} runs; written:\n{written}"
 
 
 def _table(header: list[str], rows: list[list]) -> str:
@@ -52,20 +69,18 @@ def sweep(out: Path) -> str:
     spec = json.loads((out / "sweep.json").read_text())
     cells = sorted((out / "cells").glob("*/cell.json"))
     if spec.get("shared_out"):
-        from lib.sweep import config_for
-
-        cfg = config_for(json.loads(cells[0].read_text()))
-        return study(out, cfg.dataset, cfg.noise_mode, cfg.label_noise)
+        return summary(out, spec["workload"], config_for(json.loads(cells[0].read_text())))
+    metric = contract.get(spec["workload"]).headline
     header = [*spec["grid"], "metric", "value", "epochs", "status"]
     rows, csv_rows = [], []
     for path in cells:
         cell = json.loads(path.read_text())
         run_dir = path.parent / "run"
-        metric, runs = headline(run_dir) if run_dir.exists() else ("", [])
+        runs = headline(run_dir, metric)[1] if run_dir.exists() else []
         last = runs[0][1] if runs else {}
         value = last.get(metric)
         status = "done" if (path.parent / "DONE.json").exists() else "not finished"
-        row = [*(cell["values"][k] for k in spec["grid"]), metric or "-",
+        row = [*(cell["values"][k] for k in spec["grid"]), metric if runs else "-",
                f"{value:.4f}" if isinstance(value, float) else "-", last.get("epoch", "-"), status]
         rows.append(row)
         csv_rows.append(dict(zip(header, row, strict=True)))
@@ -79,10 +94,10 @@ def sweep(out: Path) -> str:
 
 
 @_figures_closed
-def runs(out: Path) -> str:
+def runs(out: Path, metric: str) -> str:
     from lib.plots import training_curves
 
-    metric, found = headline(out)
+    metric, found = headline(out, metric)
     rows = []
     for label, last in found:
         run_dir = out if label == "." else out / label
@@ -100,9 +115,12 @@ def report(out: Path) -> str:
     out = Path(out)
     if (out / "sweep.json").exists():
         return sweep(out)
-    if any(out.glob("*/DONE.json")) or (out / "results.csv").exists():
-        return study(out)
-    if any(out.rglob("metrics.jsonl")):
-        return runs(out)
+    if any(out.rglob("metrics.jsonl")) or any(out.glob("*/DONE.json")):
+        workload = workload_of(out)
+        if workload is None:
+            return runs(out, _first_score(out))
+        if contract.get(workload).grid:
+            return summary(out, workload)
+        return runs(out, contract.get(workload).headline)
     raise UsageError(f"{out} holds no finished run (no sweep.json, DONE.json or metrics.jsonl); "
                      "pass the --out of a finished run or sweep.")

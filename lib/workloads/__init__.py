@@ -1,0 +1,103 @@
+"""The workload contract: what a workload is, written down once.
+
+A workload NAME is two files, and nothing else in the repository names it:
+
+    notebooks_src/NAME.py   the notebook (jupytext percent format): a cell tagged `parameters`
+                            of plain literals, then the cells a reader sees, calling the module
+    lib/workloads/NAME.py   the module; its docstring's first line is the workload's title, and
+                            its `WORKLOAD = Workload(...)` is its public face:
+
+    config     its `lib.config.RunConfig` subclass: one field per parameter (`LR` -> `lr`),
+               `validate()` for its own checks, and the class settings `WORKLOAD` (= NAME),
+               `BATCH_SIZES` (default batch per device, per accelerator), `COMPILE_AUTO`
+               (whether COMPILE = "auto" compiles, per device type), `GRID` (OUT_DIR holds one
+               run folder per grid cell instead of one run) and `SCHEDULE_SPANS_EPOCHS`.
+    datasets   datasets(s) -> (train_set, test_set, info): the data in `s.data_dir`; with
+               SAMPLE_DATA the offline sample, written there first in the data's real format.
+    train      train(s) -> history: the task (model, loss, optimiser, metrics: a
+               `lib.train.Task`) trained by `s.fit`, resuming from OUT_DIR's newest checkpoint.
+               It is what `lib.launch.launch` runs on every device; a GRID workload's notebook
+               trains its cells with it.
+    headline   the metric a run ends with, as metrics.jsonl names it ("test_accuracy"): what
+               `train-anywhere run`, `report` and `sweep` print.
+    summary    GRID workloads only: summary(out_dir, cfg) -> str, the results of every run in
+               OUT_DIR (cfg None: all of them); `report` and `sweep` print it.
+    tiny       parameters that make a SMOKE run on SAMPLE_DATA smaller still, for the lanes
+               that run every notebook through XLA on a CPU (tests/test_image_lanes.py).
+    demo       True for the one workload `make demo` runs (lib.demo).
+
+`names()` finds workloads by listing this package (no import), `get(NAME)` imports one.
+`train-anywhere new NAME` writes a workload that follows this contract (lib/scaffold.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A workload's public face (see the module docstring for each field's contract)."""
+
+    config: type  # a lib.config.RunConfig subclass whose WORKLOAD is the module's name
+    datasets: Callable[[Any], tuple]
+    train: Callable[[Any], list[dict]]
+    headline: str
+    summary: Callable[[Path, Any], str] | None = None
+    tiny: dict[str, Any] = field(default_factory=dict)
+    demo: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.config.WORKLOAD
+
+    @property
+    def grid(self) -> bool:
+        """True when OUT_DIR holds one run folder per grid cell (the sweep's cells share it)."""
+        return bool(self.config.GRID)
+
+
+def names(package: Path = PACKAGE) -> list[str]:
+    """Every workload: the modules of this package, or of lib/workloads in another copy of the
+    repository (found without importing them)."""
+    return sorted(m.name for m in pkgutil.iter_modules([str(package)])
+                  if not m.name.startswith("_"))
+
+
+def title(name: str) -> str:
+    """The first line of lib/workloads/NAME.py's docstring (read without importing it)."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / f"{name}.py").read_text())) or name
+    return doc.strip().splitlines()[0].rstrip(".")
+
+
+def get(name: str) -> Workload:
+    """The `WORKLOAD` of lib/workloads/NAME.py, checked against the contract."""
+    if name not in names():
+        raise LookupError(f"no workload {name!r}: lib/workloads/{name}.py does not exist")
+    module = importlib.import_module(f"{__name__}.{name}")
+    face = getattr(module, "WORKLOAD", None)
+    if not isinstance(face, Workload):
+        raise TypeError(f"lib/workloads/{name}.py must define WORKLOAD = Workload(...) "
+                        "(see lib/workloads/__init__.py)")
+    if face.name != name:
+        raise TypeError(f"lib/workloads/{name}.py: its config's WORKLOAD is {face.name!r}; "
+                        f"expected {name!r} (the module's name)")
+    if face.grid and face.summary is None:
+        raise TypeError(f"lib/workloads/{name}.py: a GRID workload needs summary=")
+    return face
+
+
+def demo() -> str:
+    """The workload `make demo` runs: the one whose WORKLOAD says demo=True."""
+    chosen = [n for n in names() if get(n).demo]
+    if len(chosen) != 1:
+        raise LookupError(f"expected one workload with demo=True, found {chosen}")
+    return chosen[0]

@@ -3,8 +3,8 @@
 The official recipe (ECNU-Cross-Innovation-Lab/Mamba-Spike): AdamW lr 1e-3, weight decay
 1e-4, gradient clipping at norm 1.0, cosine decay to 0.01 lr; batch 32 / 16 / 8 for N-MNIST /
 DVS Gesture / CIFAR10-DVS; 100 epochs (train.py) or 200 (train_<dataset>.py); the sensors'
-full 128x128 frames. The platform table's `mamba_spike` batch size is the DVS Gesture one (16 on a
-T4, the official value); the other datasets scale it by the official ratio. Every setting
+full 128x128 frames. `BATCH_SIZES` holds the DVS Gesture batch (16 on a T4, the official
+value); the other datasets scale it by the official ratio. Every setting
 that differs from the official one is named by `MambaSpikeRunConfig.deviations()`, in the
 config printout and in the results table.
 """
@@ -46,6 +46,7 @@ from lib.platforms import PLATFORMS
 from lib.plots import image_grid
 from lib.session import Session
 from lib.train import Task, evaluate_on
+from lib.workloads import Workload
 
 BATCH_SCALE = {"nmnist": 2.0, "dvsgesture": 1.0, "cifar10dvs": 0.5}  # official 32 / 16 / 8
 OFFICIAL_BATCH = {"nmnist": 32, "dvsgesture": 16, "cifar10dvs": 8}
@@ -76,6 +77,11 @@ class MambaSpikeRunConfig(RunConfig):
 
     WORKLOAD = "mamba_spike"
     SCHEDULE_SPANS_EPOCHS = True  # cosine annealing over all EPOCHS
+    BATCH_SIZES = {"cuda": 16, "xla": 32, "mps": 8}  # DVS Gesture's; scaled per DATASET
+    # CPU, measured: 1.56x / 1.50x / 1.53x at T = 20 / 60 / 300, compiling in 186 / 451 /
+    # 2,346 s: at T = 300, batch 8, repaid in ~1,350 steps, a fifth of one N-MNIST epoch: on.
+    # CUDA: off (compile time grows with T and is paid again every session; lib/compile.py).
+    COMPILE_AUTO = {"cpu": True, "cuda": False}
 
     epochs: int = 100
     lr: float = 1e-3  # AdamW
@@ -277,8 +283,10 @@ def build_task(cfg: MambaSpikeRunConfig, device: torch.device) -> tuple[Task, di
 
 
 def loaders(s: Session):
-    """(train, test) loaders; the training set is sharded across processes."""
-    train_set, test_set, info = datasets(s)
+    """(train, test) loaders; the training set is sharded across processes. A single process
+    packs any recording not yet framed first (ranks of a DDP/XLA run only read: the notebook
+    packed them)."""
+    train_set, test_set, info = datasets(s, warm=s.dist.world_size == 1)
     return s.loaders(train_set, test_set, collate_fn(info))
 
 
@@ -381,3 +389,9 @@ def results_table(scores: dict, stats: dict, info: dict, task: Task, sample: boo
                     f"{stats[f'{layer}_silent']:.2f} | - |")
     rows.append(f"| deviations from the official code | {'; '.join(deviations) or 'none'} | - |")
     return "\n".join(rows)
+
+
+# XLA lanes: the official T = 300 does not finish a batch in ten minutes there.
+WORKLOAD = Workload(MambaSpikeRunConfig, datasets, train, headline="test_accuracy",
+                    tiny=dict(SMOKE_BATCHES=2, BATCH_SIZE=4, DATASET="nmnist", N_TIME_BINS=4,
+                              DOWNSAMPLE=2, D_MODEL=16, N_LAYERS=1, SPIKE_CHANNELS=8))

@@ -24,6 +24,7 @@ from lib.platforms import PLATFORMS
 from lib.plots import image_grid
 from lib.session import Session
 from lib.train import Task, evaluate_on
+from lib.workloads import Workload
 
 KAGGLE_INPUT = Path("/kaggle/input")  # where Kaggle mounts attached datasets (read-only)
 PAPER_SIZE = 256  # base and crop size of the paper
@@ -48,6 +49,11 @@ class MSHNetRunConfig(RunConfig):
     """The official MSHNet training defaults; image sizes default to 256 (64 on the sample)."""
 
     WORKLOAD = "mshnet"
+    BATCH_SIZES = {"cuda": 8, "xla": 16, "mps": 4}
+    # CPU, measured: 1.05x (rounds 0.90-1.18: no clear gain); even at face value it saves
+    # 0.19 s of a 3.9 s step, so its 358 s compile takes ~1,900 steps (~10 IRSTD-1k epochs) to
+    # repay: off. CUDA: on, a judgement (400 epochs repay minutes of compiling; lib/compile.py).
+    COMPILE_AUTO = {"cpu": False, "cuda": True}
 
     epochs: int = 400
     lr: float = 0.05  # Adagrad
@@ -230,3 +236,8 @@ def results_table(scores: dict, dataset: str, sample: bool, deviations: list[str
         rows.append(f"| {label} | {scores[f'test_{key}']:.2f} | {theirs} |")
     rows.append(f"| deviations from the official code | {'; '.join(deviations) or 'none'} | - |")
     return "\n".join(rows)
+
+
+# XLA lanes: at the sample's 64 px a smoke batch of 16 takes minutes per step.
+WORKLOAD = Workload(MSHNetRunConfig, datasets, train, headline="test_mIoU",
+                    tiny=dict(SMOKE_BATCHES=2, BATCH_SIZE=8))
