@@ -86,12 +86,15 @@ def test_the_sample_is_learned_far_beyond_chance(tmp_path):
     """64 soft-IoU steps of 8 images (16 epochs of 4). Predicting every pixel scores mIoU ~0.1;
     the test mIoU stays there while BatchNorm's running statistics catch up, then rises, far
     from its ceiling of 100: the targets are dim and clutter as bright as they are is not
-    target (a brightness threshold scores ~40, tests/test_irstd_data.py).
+    target (a brightness threshold scores ~40, tests/test_irstd_data.py). The test mIoU of a
+    run this short jumps between epochs (a late epoch may score 0), so the assertions are on
+    the best epoch and on the training loss, which falls steadily.
 
-    Spread (bench.bench_learning -k mshnet): SPREAD_MSHNET. Half as long (32 steps, as before)
-    the best mIoU ranged 3.3-22.8 over seeds 0-7 on one machine and reached 26 on another: the
-    curve is chaotic in the first steps (oneDNN's convolutions sum in another order with
-    another instruction set), so a short run asserted a lucky curve, not learning.
+    Spread (`python -m bench.bench_learning -k mshnet`, plus seeds 4-7 at one thread): first
+    epoch 0-1.2; best 13.9-45.1 over 12 runs (seeds 0-7 at one thread, seeds 0-3 with torch's
+    and oneDNN's AVX2 kernels; seed 1 at AVX2 is the low one); the last four epochs' lowest
+    training loss 0.65-0.86 of the first's (8 runs). At 32 steps (before) the best ranged
+    3.3-22.8 over seeds 0-7 here and reached 26 on another machine: a lucky curve.
     """
     execute("mshnet", "local_mps", tmp_path, DATA_DIR=str(tmp_path / "data"),
             OUT_DIR=str(tmp_path / "run"), SMOKE=True, SAMPLE_DATA=True, EPOCHS=EPOCHS,
@@ -99,7 +102,10 @@ def test_the_sample_is_learned_far_beyond_chance(tmp_path):
             SEED=learning.seed(1))
     history = check_run(tmp_path / "run", epochs=EPOCHS)
     miou = [r["test_mIoU"] for r in history]
-    learning.record("mshnet", first=miou[0], best=max(miou), last=miou[-1])
-    assert miou[0] < 5 and 15 < max(miou) < 80, miou
+    loss = [r["train_loss"] for r in history]
+    learning.record("mshnet", first=miou[0], best=max(miou), last=miou[-1],
+                    loss_ratio=min(loss[-4:]) / loss[0])
+    assert miou[0] < 5 and 8 < max(miou) < 80, miou  # best: 80x chance, 1.7x below the spread
+    assert min(loss[-4:]) < 0.95 * loss[0], loss
     assert "| mIoU (%) |" in (tmp_path / "run" / "results.md").read_text()
     assert "80.55" in (tmp_path / "run" / "results.md").read_text()  # the NUDT-SIRST row
