@@ -17,8 +17,8 @@ JOBS ?= 2
 # Tests run JOBS workers, each starting notebook kernels and subprocesses: one intra-op
 # thread apiece keeps 2 cores from thrashing (torch's default would take every core each).
 
-.PHONY: install install-xla lock fuse lanes demo test test-main test-xla test-lanes lint notebooks check bench clean \
-	gpu-check gpu-wheels
+.PHONY: install install-xla lock fuse lanes demo test test-main test-slurm test-xla test-lanes lint \
+	notebooks check bench clean gpu-check gpu-wheels
 
 # A venv $(1) with exactly the packages of lock $(2), then the library itself (no deps: the
 # lock has them all). First one line, not pip's "no matching
@@ -76,13 +76,22 @@ demo: install
 	$(PY) -m lib.demo
 
 # The whole suite: lint, --check, unit and notebook tests, the XLA lane, the image lanes.
-test: test-main test-xla test-lanes
+test: test-main test-slurm test-xla test-lanes
 
 test-main: install fuse
 	OMP_NUM_THREADS=1 $(PY) -m tests.environment
 	$(VENV)/bin/ruff check .
 	$(PY) build_notebooks.py --check
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) -m "not xla and not lane" tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) -m "not xla and not lane and not slurm" tests
+
+# `sweep --on slurm` against a real single-node Slurm: tests/slurm_cluster.py installs Debian's
+# slurm-wlm and munge when missing (root), starts munged/slurmctld/slurmd on a generated
+# slurm.conf in a temporary folder, runs this pytest and stops them whatever happened. One
+# worker: the tests share the one node's queue. Not root / not Debian: it says so, and the
+# sweep runs on submitit's local executor (the scheduler's tests listed as skipped, -rs).
+test-slurm: install
+	OMP_NUM_THREADS=1 $(PY) -m tests.slurm_cluster run -- \
+		$(PY) -m pytest -n 0 -rs -m slurm tests/test_sweep_slurm.py
 
 test-xla: install-xla
 	OMP_NUM_THREADS=1 $(XLA_PY) -m tests.environment

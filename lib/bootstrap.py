@@ -51,7 +51,13 @@ def python_problem(version: tuple[int, int], environ=os.environ) -> str | None:
 if problem := python_problem(sys.version_info[:2]):
     raise EnvironmentTooOld(problem)
 
-from lib.platforms import detect_runtime, drive_root, get_platform  # noqa: E402
+from lib.platforms import (  # noqa: E402
+    DRIVE_ENV,
+    detect_runtime,
+    drive_mounted,
+    drive_root,
+    get_platform,
+)
 
 # --- end of the too-old checks' first half (torch: `torch_problem`, called by `prepare`) ---
 
@@ -142,6 +148,19 @@ def mount_drive() -> Path:
     return root
 
 
+def drive_line(environ=os.environ) -> str:
+    """Mount Drive only where someone can answer its authorisation request: already mounted,
+    use it; TA_DRIVE=off (a VM run by `colab exec`, papermill: no browser to answer, the mount
+    would wait and fail; google/colab/drive.py asks the front end first), keep run folders on
+    the VM's disk; else (a browser session) mount it. One line saying which."""
+    if drive_mounted():
+        return f"bootstrap: Google Drive already mounted at {drive_root()}: run folders there"
+    if environ.get(DRIVE_ENV) == "off":
+        return ("bootstrap: Drive not mounted (TA_DRIVE=off: no browser here to authorise it); "
+                "run folders stay on this VM's disk, lost with it unless downloaded")
+    return f"bootstrap: Google Drive mounted at {mount_drive()}"
+
+
 def xla_version_problem(version=importlib.metadata.version) -> str | None:
     """torch_xla X.Y needs torch X.Y; a mismatch dies at import with 'undefined symbol'."""
     try:
@@ -220,7 +239,7 @@ def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
     if runtime in ("colab", "kaggle", *clouds.RUNTIMES):
         install_missing(lock=image_lock(platform_name, root))
     if runtime == "colab":
-        print(f"bootstrap: Google Drive mounted at {mount_drive()}")
+        print(drive_line(environ))
     if platform.accelerator == "xla" and (problem := xla_version_problem()):
         raise RuntimeError(problem)
     hosted = ("colab", "kaggle", *clouds.RUNTIMES)

@@ -18,6 +18,8 @@ a session with nothing left to train leaves the folder as it was.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +135,87 @@ def append_session(run_dir: Path, session: dict) -> None:
     """Add a session that trains in `run_dir` to its sessions.jsonl (what it ran with)."""
     with open(Path(run_dir) / SESSIONS, "a") as f:
         f.write(json.dumps(session, sort_keys=True) + "\n")
+
+
+# Carrying a run over from an earlier session's attached output (Kaggle) ---------------------
+CARRY_DEPTH = 4  # levels searched below each attached folder (runs/<workload>/ is two)
+
+
+def _run_folders(root: Path, depth: int):
+    """Folders at most `depth` levels below `root` that record an experiment and hold
+    training; symlinks are not followed."""
+    if (root / CONFIG).is_file() and holds_training(root):
+        yield root
+        return
+    if depth == 0:
+        return
+    try:
+        children = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return
+    for child in children:
+        yield from _run_folders(child, depth - 1)
+
+
+def _epochs(run_dir: Path) -> int:
+    try:
+        return sum(1 for line in (run_dir / "metrics.jsonl").open() if line.strip())
+    except OSError:
+        return 0
+
+
+def find_attached(roots: list[Path], identity: dict, run_settings: frozenset[str]
+                  ) -> tuple[Path | None, list[tuple[Path, list]]]:
+    """(the attached run folder of this experiment with the most epochs, or None; the
+    attached runs of the same workload with other defining parameters, with their changes)."""
+    same, other = [], []
+    for root in roots:
+        for folder in _run_folders(Path(root), CARRY_DEPTH):
+            old = recorded(folder, run_settings) or {}
+            if old.get("workload") != identity.get("workload"):
+                continue
+            diff = changes(old, identity)
+            (other.append((folder, diff)) if diff else same.append(folder))
+    return max(same, key=_epochs, default=None), other
+
+
+def copy_in(source: Path, out_dir: Path) -> None:
+    """Copy an attached (read-only) run folder into `out_dir`, which holds no training:
+    into a hidden sibling first, then moved in checkpoints first, so a kill mid-copy leaves
+    either nothing carried or a folder that resumes from what it holds."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.carrying"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp, copy_function=shutil.copyfile)  # no read-only modes
+    entries = sorted(tmp.iterdir(), key=lambda p: (p.name != "checkpoints", p.name == CONFIG))
+    for entry in entries:
+        target = out_dir / entry.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        os.replace(entry, target)
+    tmp.rmdir()
+
+
+def carry_over(out_dir: Path, roots: list[Path], identity: dict,
+               run_settings: frozenset[str], how: str) -> str | None:
+    """When `out_dir` holds no training, bring in an attached run of the same experiment
+    (`roots`: the folders the user attached). Returns the one line to say, or None when
+    `out_dir` already holds training. An attached run of a changed experiment is refused
+    as RESUME refuses one; nothing found: how to carry a run over (`how`)."""
+    if holds_training(out_dir):
+        return None
+    found, other = find_attached(roots, identity, run_settings)
+    if found is not None:
+        copy_in(found, out_dir)
+        return (f"carried over the run in {found} ({_epochs(found)} epochs) into {out_dir}; "
+                "training resumes from its newest checkpoint")
+    if other:
+        folder, diff = other[0]
+        raise ExperimentChanged(
+            f"the attached run {str(folder)!r} is a {identity['workload']} run with other "
+            f"defining parameters: {describe(diff)}; it was not carried over. To resume it, "
+            "restore those values; to start afresh, remove that input from the notebook or "
+            "set OUT_DIR to a new folder.")
+    return ("no earlier run of this experiment in OUT_DIR or the attached inputs: training "
+            f"starts at epoch 1. To continue it in a later session: {how}.")

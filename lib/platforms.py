@@ -1,18 +1,24 @@
-"""Platform profiles (what each rendered notebook targets) and runtime detection.
+"""Platform profiles (what each rendered notebook targets), runtime detection, and each
+runtime's storage roles and session limit.
 
 A profile says what a platform *should* have; `lib.device` decides what the machine really
-has. Paths here are where data and outputs live on that runtime, so a Colab run writes to
-Drive and survives a disconnect.
+has. `storage(runtime)` says where things live there: *scratch* (downloads, unpacked data,
+caches: fast, gone with the session), *durable* (run folders: kept), *inputs* (read-only
+folders the user attached). `session_limit_hours` is the hard limit a session runs under.
+`lib.session` reads these once; nothing else asks which platform it is on.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lib.errors import ConfigError
+
+_IMPORTED_AT = time.time()
 
 # Default batch sizes per workload, tuned to the accelerator's memory (T4/P100 16 GB,
 # v5e-1 16 GB HBM, a Mac's unified memory shared with the OS).
@@ -33,6 +39,12 @@ _BATCH["paperspace_gpu"] = {"fashion_mnist": 128, "mamba_spike": 8, "mshnet": 4}
 
 DEVICE_CHOICES = ("auto", "cuda", "xla", "mps", "cpu")  # DEVICE: "auto" or a device kind
 DRIVE_MOUNT_ENV = "TA_COLAB_DRIVE"  # where Drive is mounted; tests point it at a temp dir
+KAGGLE_ROOT_ENV = "TA_KAGGLE_ROOT"  # where /kaggle is; the Kaggle stand-ins point it elsewhere
+COLAB_CONTENT_ENV = "TA_COLAB_CONTENT"  # Colab's VM disk (/content); tests point it elsewhere
+DRIVE_ENV = "TA_DRIVE"  # "off": never mount Drive (no browser here to authorise it)
+SESSION_HOURS_ENV = "TA_SESSION_HOURS"  # shortens the session limit (tests; a user's own cap)
+SESSION_STARTED_ENV = "TA_SESSION_STARTED"  # the session's start (epoch s), for its children
+KAGGLE_OUTPUT_GB = 20.0  # what a version keeps of /kaggle/working (kaggle.com/docs/notebooks)
 
 
 @dataclass(frozen=True)
@@ -127,25 +139,124 @@ def detect_runtime(environ: dict | None = None, modules: dict | None = None) -> 
     return clouds.detect(environ) or "local"
 
 
+def kaggle_root() -> Path:
+    return Path(os.environ.get(KAGGLE_ROOT_ENV, "/kaggle"))
+
+
+def colab_content() -> Path:
+    return Path(os.environ.get(COLAB_CONTENT_ENV, "/content"))
+
+
 def drive_root() -> Path:
     """Where Google Drive is (to be) mounted on Colab."""
     return Path(os.environ.get(DRIVE_MOUNT_ENV, "/content/drive"))
 
 
-def default_dirs(workload: str, runtime: str) -> tuple[Path, Path]:
-    """(data_dir, out_dir) for `workload` on `runtime` when the notebook leaves them None.
+def drive_mounted() -> bool:
+    return (drive_root() / "MyDrive").is_dir()
 
-    Colab keeps both on Drive so a disconnect loses nothing; Kaggle reads attached datasets
-    from /kaggle/input (read-only) but downloads into /kaggle/working; locally ./data, ./runs.
-    """
+
+@dataclass(frozen=True)
+class Storage:
+    """Where a runtime keeps each kind of file (module docstring), and what survives there."""
+
+    scratch: Path  # downloads, unpacked data, caches, the bootstrap's clone
+    durable: Path  # run folders
+    inputs: tuple[Path, ...] = ()  # read-only folders the user attached
+    output_cap_gb: float | None = None  # what the platform keeps of `durable`, if capped
+    keeps: str = ""  # one phrase: what of `durable` survives the session
+    carry_over: str = ""  # how a run gets from one session to the next
+    session_bound: bool = False  # True: `durable` starts empty in a new session (Kaggle)
+
+
+def storage(runtime: str) -> Storage:
+    """The storage roles of `runtime` ("colab", "kaggle", "local")."""
+    if runtime == "colab" and not drive_mounted():
+        # No Drive (a VM run by `colab exec`, papermill, TA_DRIVE=off): all on the VM's disk.
+        local = colab_content() / "train-anywhere"
+        return Storage(local, local / "runs", keeps="on this VM's disk only: lost with the VM "
+                       "unless downloaded", carry_over="download the run folder before the VM "
+                       "ends, or run the notebook in a browser session, which mounts Drive")
     if runtime == "colab":
+        # Data on the VM's disk (Drive is a slow FUSE mount); run folders on Drive.
         base = drive_root() / "MyDrive" / "train-anywhere"
-        return base / "data", base / "runs" / workload
+        # Inputs: what the user put in MyDrive/train-anywhere/data (the older default DATA_DIR).
+        return Storage(colab_content() / "train-anywhere", base / "runs", (base / "data",),
+                       keeps="on Drive; a checkpoint reported saved was copied there complete",
+                       carry_over="re-run the notebook: it resumes from the run folder on Drive")
     if runtime == "kaggle":
-        return Path("/kaggle/working/data"), Path("/kaggle/working/runs") / workload
+        # /kaggle/working is the version's output (20 GB): only run folders go there.
+        root = kaggle_root()
+        return Storage(root / "temp" / "train-anywhere", root / "working" / "runs",
+                       (root / "input",), output_cap_gb=KAGGLE_OUTPUT_GB,
+                       keeps="in /kaggle/working, kept as the version's output when a Save "
+                             "Version finishes inside the limit",
+                       carry_over="Save Version again with this version's output attached "
+                                  "(Add Input -> Notebook Output -> this notebook); an "
+                                  "interactive session keeps /kaggle/working only with "
+                                  "Persistence set to Files", session_bound=True)
     from lib import clouds
 
-    if runtime in clouds.RUNTIMES:  # all on the service's persistent storage
+    if runtime in clouds.RUNTIMES:  # Studio Lab, SageMaker, Paperspace: all on what persists
         roles = clouds.storage(runtime)
-        return roles.scratch / "data", roles.durable / workload
-    return Path("data"), Path("runs") / workload
+        return Storage(roles.scratch, roles.durable, keeps=roles.keeps,
+                       carry_over=roles.carry_over)
+    return Storage(Path("data"), Path("runs"),
+                   carry_over="re-run the notebook: it resumes from the run folder")
+
+
+def input_roots(runtime: str, max_depth: int = 3) -> list[Path]:
+    """Each folder the user attached, in both Kaggle layouts: the current one
+    (`input/datasets/<owner>/<slug>`, `input/notebooks/<owner>/<slug>`,
+    `input/competitions/<slug>`) and the older `input/<slug>`. Data readers search these, a
+    bounded number of levels, never the whole tree."""
+    roots = []
+    for base in storage(runtime).inputs:
+        if not base.is_dir():
+            continue
+        for kind in sorted(p for p in base.iterdir() if p.is_dir()):
+            if kind.name in ("datasets", "notebooks", "models") and max_depth >= 3:
+                roots += sorted(q for owner in sorted(kind.iterdir()) if owner.is_dir()
+                                for q in owner.iterdir() if q.is_dir())
+            elif kind.name == "competitions":
+                roots += sorted(q for q in kind.iterdir() if q.is_dir())
+            else:
+                roots.append(kind)
+    return roots
+
+
+def process_started_at() -> float:
+    """Wall-clock time this process started (the notebook kernel's start is the session's,
+    to within the bootstrap); TA_SESSION_STARTED, set by the first session, wins so that
+    processes it launches share its clock."""
+    if os.environ.get(SESSION_STARTED_ENV):
+        return float(os.environ[SESSION_STARTED_ENV])
+    try:  # /proc/self/stat field 22: start time in clock ticks after boot
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text()
+                    .splitlines() if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return _IMPORTED_AT
+
+
+def session_limit_hours(platform: Platform, runtime: str, environ=None) -> float | None:
+    """The hard limit of a session of `platform` on `runtime` (None: none), shortened by
+    TA_SESSION_HOURS. Kaggle: 12 h, 9 h on TPU (kaggle.com/docs/notebooks); Colab: a VM
+    lives at most about 12 h (research.google.com/colaboratory/faq); locally none."""
+    environ = os.environ if environ is None else environ
+    limit = None
+    if runtime != "local":
+        limit = platform.session_hours if platform.runtime == runtime else 12.0
+    if environ.get(SESSION_HOURS_ENV):
+        cap = float(environ[SESSION_HOURS_ENV])
+        limit = cap if limit is None else min(limit, cap)
+    return limit
+
+
+def default_dirs(workload: str, runtime: str) -> tuple[Path, Path]:
+    """(data_dir, out_dir) for `workload` on `runtime` when the notebook leaves them None:
+    data on scratch, the run folder on durable storage (`storage`)."""
+    roles = storage(runtime)
+    data = roles.scratch if runtime == "local" else roles.scratch / "data"
+    return data, roles.durable / workload

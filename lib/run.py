@@ -8,14 +8,20 @@ epoch is duplicated or missing),
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
-from lib import experiment
+from lib import atomic, experiment
 from lib import progress as progress_mod
 from lib.checkpoint import Checkpoints
+from lib.clock import Clock
 from lib.errors import OutDirError
 from lib.metrics import write_jsonl
+from lib.platforms import Storage, storage
+
+STOPPED = "STOPPED.json"  # the run stopped before a session limit and is not finished
 
 
 def check_writable(out_dir: Path) -> Path:
@@ -41,9 +47,15 @@ class Run:
     def __init__(self, out_dir: Path, workload: str, model_config: dict,
                  session_hours: float | None = None, main: bool = True,
                  tensorboard: bool = True, progress: bool = True,
-                 session: dict | None = None, note: str | None = None) -> None:
+                 session: dict | None = None, note: str | None = None,
+                 clock: Clock | None = None, storage: Storage | None = None) -> None:
         self.dir = check_writable(out_dir) if main else Path(out_dir)
-        self.main, self.session_hours = main, session_hours
+        self.main = main
+        # The session's clock (lib.clock); `session_hours` alone: a limit from now.
+        self.clock = clock or Clock(time.time(), session_hours)
+        self.storage = storage or _local()
+        self.stopped = False  # True when training stopped itself before the session limit
+        self.cap_warned = False
         self.note = note  # shown after each epoch's numbers, e.g. "synthetic sample"
         self.metrics_path = self.dir / "metrics.jsonl"
         self.checkpoints = Checkpoints(self.dir / "checkpoints", workload, model_config,
@@ -80,6 +92,7 @@ class Run:
         self.history = list(history)
         if not self.main:
             return
+        (self.dir / STOPPED).unlink(missing_ok=True)  # this session takes over
         write_jsonl(self.metrics_path, self.history)
         if self._tb_enabled:
             from torch.utils.tensorboard import SummaryWriter
@@ -95,6 +108,7 @@ class Run:
     def save(self, state: dict, epoch: int, batch: int, best: bool = False) -> None:
         if self.main:
             self.checkpoints.save(state, epoch, batch, best=best)
+            self.warn_output_cap()
 
     def end_epoch(self, record: dict, epochs: int, progress) -> None:
         """Append the record to metrics.jsonl and TensorBoard; report it with an ETA."""
@@ -116,17 +130,58 @@ class Run:
         self._warn_eta(eta_h, record["epoch"])
 
     def _warn_eta(self, eta_h: float, done: int) -> None:
-        if self.eta_warned or self.session_hours is None or eta_h <= self.session_hours:
+        """Once: the training left will not fit in the time this session has left."""
+        left_s = self.clock.left_s()
+        if self.eta_warned or left_s is None or eta_h * 3600 <= left_s - self.clock.margin_s:
             return
         self.eta_warned = True
-        left = progress_mod.format_hours(eta_h)
-        self.log(f"WARNING: the remaining {left} exceed this platform's "
-                 f"{self.session_hours:.0f} h session limit. Reduce EPOCHS, or keep going: "
-                 "checkpoints are saved every epoch, so re-running the notebook after a "
-                 f"disconnect resumes from epoch {done}.")
+        self.log(f"WARNING: the remaining {progress_mod.format_hours(eta_h)} of training exceed "
+                 f"the {progress_mod.format_hours(max(left_s, 0) / 3600)} left in this session "
+                 f"(limit {self.clock.limit_hours:g} h). Training stops itself, saved, before "
+                 f"the limit (now at epoch {done}); to continue: {self.storage.carry_over}. "
+                 "Or reduce EPOCHS.")
+
+    def stop(self, epoch: int, batch: int) -> None:
+        """Training stopped itself, saved at (epoch, batch), before the session limit: say
+        what to do next, and leave STOPPED.json (a sweep reads it: the run is not done)."""
+        self.stopped = True
+        if self.main:
+            atomic.write_text(self.dir / STOPPED, json.dumps(
+                {"position": [epoch, batch], "limit_hours": self.clock.limit_hours}))
+        self.log(self.stop_line(epoch, batch))
+
+    def stop_line(self, epoch: int, batch: int) -> str:
+        """What the loop says when it stops before the session limit."""
+        where = f"epoch {epoch + 1}, batch {batch}" if batch else f"the end of epoch {epoch}"
+        return (f"STOPPED before the session limit ({self.clock.limit_hours:g} h): saved at "
+                f"{where} in {self.dir}. To continue: {self.storage.carry_over}.")
+
+    def warn_output_cap(self) -> None:
+        """Once, after the first save: when the run folder's files (checkpoints kept, records)
+        would pass what the platform keeps of its durable folder, say so (one line)."""
+        cap = self.storage.output_cap_gb
+        if self.cap_warned or not self.main or cap is None:
+            return
+        self.cap_warned = True
+        ckpts = sorted(self.checkpoints.dir.glob("ckpt-*.pt"))
+        if not ckpts:
+            return
+        kept = ckpts[-1].stat().st_size * (self.checkpoints.keep + 1)  # + best.pt
+        root = self.storage.durable.parent
+        others = sum(p.stat().st_size for p in root.rglob("*")
+                     if p.is_file() and self.checkpoints.dir not in p.parents)
+        need_gb = (kept + others) / 1e9
+        if need_gb > cap:
+            self.log(f"WARNING: {root} would hold {need_gb:.1f} GB (checkpoints kept and "
+                     f"records), over the {cap:g} GB this platform keeps as output: the "
+                     "version's output would be lost. Move other files out of it, or train "
+                     "a smaller model.")
 
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
             self.tb = None
 
+
+def _local() -> Storage:
+    return storage("local")

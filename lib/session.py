@@ -9,18 +9,31 @@ these from the session, never detects them again.
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from lib import clouds, compile, experiment
+from lib.clock import Clock
 from lib.config import RunConfig
 from lib.data.common import make_loader
 from lib.data.on_device import Augment, DeviceLoader, images_and_labels
 from lib.device import DeviceChoice, choose_device
 from lib.distributed import Dist
-from lib.platforms import Platform, detect_runtime, get_platform
+from lib.platforms import (
+    SESSION_STARTED_ENV,
+    Platform,
+    Storage,
+    detect_runtime,
+    get_platform,
+    input_roots,
+    process_started_at,
+    session_limit_hours,
+    storage,
+)
 from lib.run import Run, check_writable
 from lib.train import Task, fit
 
@@ -39,6 +52,8 @@ class Session:
     max_batches: int | None
     devices: int = 1  # how many devices launch() trains on
     dist: Dist = field(default_factory=Dist)
+    clock: Clock = field(default_factory=lambda: Clock(time.time()))
+    storage: Storage = field(default_factory=lambda: storage("local"))
 
     @property
     def device(self) -> torch.device:
@@ -60,7 +75,7 @@ class Session:
     def open_run(self, model_config: dict) -> Run:
         """The run folder (checkpoints, metrics, TensorBoard); only the main process writes."""
         return Run(self.out_dir, self.cfg.WORKLOAD, model_config,
-                   session_hours=self.platform.session_hours, main=self.dist.main,
+                   clock=self.clock, storage=self.storage, main=self.dist.main,
                    session=dict(self.resolved(), epochs=self.cfg.epochs,
                                 platform=self.cfg.platform),
                    note=self.cfg.note())
@@ -137,6 +152,25 @@ def _run_folder(cfg: RunConfig, out_dir: Path, global_batch: int, grid: bool,
     return folder
 
 
+def _clock(platform: Platform, runtime: str, dist: Dist) -> Clock:
+    """This session's clock; processes it launches inherit its start (TA_SESSION_STARTED)."""
+    started, limit = process_started_at(), session_limit_hours(platform, runtime)
+    if dist.main and limit is not None:
+        os.environ.setdefault(SESSION_STARTED_ENV, repr(started))
+    return Clock(started, limit)
+
+
+def where_line(data_dir: Path, out_dir: Path, roles: Storage, clock: Clock) -> str:
+    """One line: where data and results are, what of them is kept, and the time left."""
+    kept = f" ({roles.keeps})" if roles.keeps else ""
+    line = f"data in {data_dir}; results in {out_dir}{kept}"
+    left = clock.left_s()
+    if left is not None:
+        line += (f"; session limit {clock.limit_hours:g} h, {max(left, 0) / 3600:.1f} h left "
+                 "(training stops itself, saved, before it)")
+    return line
+
+
 def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
           announce: bool = True, grid: bool | None = None) -> Session:
     """Choose the device and resolve the run's settings; the main process says what it chose
@@ -153,13 +187,21 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
         torch.manual_seed(cfg.seed)
     data_dir, out_dir = cfg.paths(runtime)
     clouds.check_out_dir(out_dir, runtime)  # Paperspace reserves `checkpoints` in /notebooks
+    roles = storage(runtime)
+    clock = _clock(platform, runtime, dist)
     batch = cfg.resolved_batch_size()
     if cfg.smoke:
         batch = min(batch, SMOKE_MAX_BATCH)
+    if dist.main and roles.session_bound and cfg.resume != "new" and not grid:
+        line = experiment.carry_over(out_dir, input_roots(runtime), cfg.identity(batch * devices),
+                                     cfg.run_settings(), roles.carry_over)
+        if line:
+            print(line)
     out_dir = _run_folder(cfg, out_dir, batch * devices, grid, dist)
     if dist.main and announce:
         many = f" x {devices} devices" if devices > 1 else ""
         print(f"{platform.title} notebook on the {runtime} runtime -> {choice.describe()}{many}")
+        print(where_line(data_dir, out_dir, roles, clock))
         if devices < platform.devices and choice.type == platform.accelerator:
             print(f"only {devices} of the {platform.devices} devices of {platform.title} are "
                   f"visible: training on {devices}. On Kaggle, set Accelerator to "
@@ -167,7 +209,7 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
         if cfg.smoke:
             print(f"SMOKE: {cfg.smoke_batches} batches of {batch} per epoch")
     s = Session(cfg, platform, runtime, choice, data_dir, out_dir, batch,
-                cfg.smoke_batches if cfg.smoke else None, devices, dist)
+                cfg.smoke_batches if cfg.smoke else None, devices, dist, clock, roles)
     if dist.main and not grid:
         experiment.record(out_dir, dict(cfg.to_dict(), resolved=s.resolved()),
                           cfg.identity(s.global_batch))

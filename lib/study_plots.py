@@ -161,6 +161,10 @@ def report(out_dir: Path, dataset: str | None = None, noise_mode: str | None = N
     out_dir = Path(out_dir)
     rows = collect_results(out_dir)
     chosen = [r for r in rows if _matches(r, dataset, noise_mode, label_noise)]
+    if not chosen and any(out_dir.rglob("STOPPED.json")):  # a session stopped before its limit
+        return StudyReport([], summarise(rows), "No run of this setting has finished yet: the "
+                           "grid stopped before the session limit (see above for how to "
+                           "continue).", paths={"results": out_dir / "results.csv"})
     if not chosen:
         raise ValueError(f"OUT_DIR {str(out_dir)!r} has no finished run for dataset={dataset}, "
                          f"noise_mode={noise_mode}, label_noise={label_noise} "

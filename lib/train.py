@@ -124,7 +124,9 @@ def train_one_epoch(task: Task, loader, backend: Backend, epoch: int, *, start_b
     loader.sampler.set_epoch(epoch, start_batch * loader.batch_size)
     loss_sum = torch.zeros((), device=backend.device)
     seen = 0
-    if partial:  # sums carried over from a mid-epoch checkpoint
+    # Sums carried over from a mid-epoch checkpoint: over all processes, so the main one
+    # alone adds them (the epoch's sums are reduced over processes at its end).
+    if partial and backend.dist.main:
         loss_sum += partial["loss_sum"]
         seen = partial["seen"]
     for i, batch in enumerate(backend.loader(loader), start=start_batch):
@@ -236,6 +238,26 @@ def _improved(task: Task, value: float, best: float | None) -> bool:
     return value > best if task.monitor_mode == "max" else value < best
 
 
+NOTHING, SAVE, STOP = 0, 1, 2  # what every process does at a batch boundary
+
+
+class _Stop(Exception):
+    """Saved at (epoch, batch) before the session limit: leave the loop."""
+
+    def __init__(self, epoch: int, batch: int) -> None:
+        super().__init__(epoch, batch)
+        self.epoch, self.batch = epoch, batch
+
+
+def agree(dist: Dist, action: int, device: torch.device) -> int:
+    """The main process's `action`, known to every process (one small all-reduce when there
+    are several: the others contribute 0)."""
+    if dist.world_size == 1:
+        return action
+    decided = torch.tensor(float(action if dist.main else NOTHING), device=device)
+    return int(float(dist.reduce_sum(decided)))
+
+
 def compile_seconds(marks: list[float]) -> float:
     """The first batch's time beyond the median of the others', from batch end times
     (`marks[0]` the start): what compiling added. 0 with fewer than two batches."""
@@ -256,8 +278,10 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
     `device` and, on XLA, `xla_compiles`; with `compiled` (the model went through
     torch.compile), the session's first epoch also has `compile_seconds`. Under DDP/XLA
     multi-processing (`dist`), each process trains on its shard and only the main one writes;
-    mid-epoch checkpoints are then off (a time-based save would need every process to agree
-    on the moment).
+    the main process decides at each batch boundary whether to save mid-epoch (every
+    `checkpoint_minutes`) or to save and stop (the session clock, `run.clock`, is about to
+    reach its limit) and every process follows it (`agree`). A stopped run returns the
+    history so far with `run.stopped` set; the notebook carries on normally.
     """
     dist = dist or Dist()
     backend = Backend(choice, device, dist)
@@ -295,13 +319,31 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
         progress.update(1)
         if first_epoch[0]:
             train_marks.append(time.perf_counter())
-        due = time.monotonic() - last_save[0] >= checkpoint_minutes * 60
-        if due and batch_done < n_train and dist.world_size == 1:
-            part = {"loss_sum": float(loss_sum), "seen": seen, "lr": epoch_lr[0]}
-            run.save(_state(task, backend, history, best, part), epoch, batch_done)
-            last_save[0] = time.monotonic()
+        action = NOTHING
+        if dist.main:
+            if run.clock.must_stop():
+                action = STOP
+            elif (time.monotonic() - last_save[0] >= checkpoint_minutes * 60
+                  and batch_done < n_train):
+                action = SAVE
+        action = agree(dist, action, backend.device)
+        if action == NOTHING:
+            return
+        loss_total = dist.reduce_sum(loss_sum.detach().clone())
+        seen_total = dist.reduce_sum(torch.tensor(float(seen), device=backend.device))
+        part = {"loss_sum": float(loss_total), "seen": int(float(seen_total)),
+                "lr": epoch_lr[0]}
+        run.save(_state(task, backend, history, best, part), epoch, batch_done)
+        last_save[0] = time.monotonic()
+        if action == STOP:
+            raise _Stop(epoch, batch_done)
 
     for epoch in range(start_epoch, epochs):
+        # Between epochs (not before this session's first step): stop when the limit is near.
+        if epoch > start_epoch and agree(dist, STOP if dist.main and run.clock.must_stop()
+                                         else NOTHING, backend.device) == STOP:
+            run.stop(epoch, 0)
+            break
         t0 = time.perf_counter()
         if first_epoch[0]:
             train_marks.append(t0)
@@ -310,8 +352,13 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
         lr = partial["lr"] if partial and "lr" in partial else task.optimizer.param_groups[0]["lr"]
         epoch_lr[0] = lr
         record = {"epoch": epoch + 1, "lr": lr}
-        record.update(train_one_epoch(task, train_loader, backend, epoch, start_batch=start_batch,
-                                      max_batches=max_batches, partial=partial, on_step=on_step))
+        try:
+            record.update(train_one_epoch(task, train_loader, backend, epoch,
+                                          start_batch=start_batch, max_batches=max_batches,
+                                          partial=partial, on_step=on_step))
+        except _Stop as stop:
+            run.stop(stop.epoch, stop.batch)
+            break
         train_seconds = time.perf_counter() - t0
         on_eval_batch()  # the evaluation's start
         record.update(evaluate(task, eval_loader, backend, max_batches, on_batch=on_eval_batch))

@@ -22,8 +22,8 @@
 # %% tags=["parameters"]
 PLATFORM = "local_mps"  # which notebook this is (written by build_notebooks.py)
 DEVICE = "auto"  # "auto", "cuda", "xla", "mps" or "cpu"
-DATA_DIR = None  # None: the platform's default (Drive on Colab, ./data locally)
-OUT_DIR = None  # None: the platform's default (Drive on Colab, ./runs locally)
+DATA_DIR = None  # None: the platform's scratch disk (/content on Colab), ./data locally
+OUT_DIR = None  # None: Drive on Colab, /kaggle/working on Kaggle, ./runs locally
 SAMPLE_DATA = False  # True: write and use a small offline sample in the real format
 SMOKE = False  # True: a few batches per epoch, for a quick check
 EPOCHS = 14  # passes over the training set

@@ -42,8 +42,8 @@
 # %% tags=["parameters"]
 PLATFORM = "local_mps"  # which notebook this is (written by build_notebooks.py)
 DEVICE = "auto"  # "auto", "cuda", "xla", "mps" or "cpu"
-DATA_DIR = None  # None: the platform's default (Drive on Colab, ./data locally)
-OUT_DIR = None  # None: the platform's default (Drive on Colab, ./runs locally)
+DATA_DIR = None  # None: the platform's scratch disk (/content on Colab), ./data locally
+OUT_DIR = None  # None: Drive on Colab, /kaggle/working on Kaggle, ./runs locally
 SAMPLE_DATA = False  # True: write and use a small offline sample in the real format
 SMOKE = False  # True: a few batches per epoch, for a quick check
 DATASET = "nmnist"  # "nmnist", "dvsgesture" or "cifar10dvs"
@@ -143,7 +143,7 @@ from lib.bootstrap import show_tensorboard
 table = mamba_spike.results_table(scores, stats, info, task, cfg.sample_data,
                                   cfg.deviations())
 (s.out_dir / "results.md").write_text(table + "\n")
-print(f"best checkpoint: epoch {best['position'][0]} of {history[-1]['epoch']}")
+print(f"best checkpoint: epoch {best['position'][0]} of {len(history)}")
 display(Markdown(table))
 show_tensorboard(s.out_dir / "tb", s.runtime)
 

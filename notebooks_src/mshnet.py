@@ -37,8 +37,8 @@
 # %% tags=["parameters"]
 PLATFORM = "local_mps"  # which notebook this is (written by build_notebooks.py)
 DEVICE = "auto"  # "auto", "cuda", "xla", "mps" or "cpu"
-DATA_DIR = None  # None: /kaggle/input on Kaggle, else the platform's (Drive on Colab, ./data)
-OUT_DIR = None  # None: the platform's default (Drive on Colab, ./runs locally)
+DATA_DIR = None  # None: found under /kaggle/input or Drive's train-anywhere/data
+OUT_DIR = None  # None: Drive on Colab, /kaggle/working on Kaggle, ./runs locally
 SAMPLE_DATA = False  # True: write and use a small offline sample in the real layout
 SMOKE = False  # True: a few batches per epoch, for a quick check
 DATASET = "IRSTD-1k"  # "IRSTD-1k" or "NUDT-SIRST": picks the folder and the paper's row
@@ -121,7 +121,7 @@ from lib.bootstrap import show_tensorboard
 
 table = mshnet.results_table(scores, cfg.dataset, cfg.sample_data, cfg.deviations())
 (s.out_dir / "results.md").write_text(table + "\n")
-print(f"best checkpoint: epoch {best['position'][0]} of {history[-1]['epoch']}")
+print(f"best checkpoint: epoch {best['position'][0]} of {len(history)}")
 display(Markdown(table))
 show_tensorboard(s.out_dir / "tb", s.runtime)
 

@@ -109,3 +109,37 @@ def test_finish_names_the_outputs_but_not_the_hidden_bookkeeping(tmp_path, capsy
         (tmp_path / name).touch()
     bootstrap.finish("local", tmp_path)
     assert capsys.readouterr().out == f"outputs in {tmp_path}: checkpoints results.csv\n"
+
+
+@pytest.fixture
+def fake_colab(tmp_path, monkeypatch):
+    """tests/fakes/google/colab on the path; Drive's mount point and /content in tmp_path."""
+    from tests.notebook_run import FAKES
+
+    monkeypatch.syspath_prepend(str(FAKES))
+    for name in [m for m in sys.modules if m == "google" or m.startswith("google.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setenv("TA_COLAB_DRIVE", str(tmp_path / "drive"))
+    monkeypatch.setenv("TA_COLAB_CONTENT", str(tmp_path / "content"))
+    monkeypatch.setenv("TA_FAKE_COLAB_LOG", str(tmp_path))
+    return tmp_path
+
+
+def _calls(folder):
+    log = folder / "calls.jsonl"
+    return log.read_text().count('"call": "mount"') if log.exists() else 0
+
+
+def test_drive_is_mounted_only_where_someone_can_answer(fake_colab):
+    """A browser session mounts Drive; with TA_DRIVE=off (a `colab exec` VM, papermill) no
+    mount is tried (it would wait for a browser) and run folders stay on the VM's disk; an
+    already-mounted Drive is used as it is."""
+    from lib.platforms import storage
+
+    line = bootstrap.drive_line({"TA_DRIVE": "off"})
+    assert "Drive not mounted (TA_DRIVE=off" in line and _calls(fake_colab) == 0
+    assert storage("colab").durable == fake_colab / "content" / "train-anywhere" / "runs"
+    assert bootstrap.drive_line({}) == f"bootstrap: Google Drive mounted at {fake_colab / 'drive'}"
+    assert _calls(fake_colab) == 1
+    assert storage("colab").durable == fake_colab / "drive" / "MyDrive" / "train-anywhere" / "runs"
+    assert "already mounted" in bootstrap.drive_line({}) and _calls(fake_colab) == 1

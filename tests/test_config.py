@@ -55,8 +55,15 @@ def test_a_missing_required_parameter_is_named():
 def test_default_paths_follow_the_runtime(monkeypatch, tmp_path):
     data, out = make().paths("local")
     assert (str(data), str(out)) == ("data", "runs/fashion_mnist")
-    assert str(make().paths("kaggle")[1]) == "/kaggle/working/runs/fashion_mnist"
+    data, out = make().paths("kaggle")
+    assert str(out) == "/kaggle/working/runs/fashion_mnist"  # the version's output
+    assert str(data) == "/kaggle/temp/train-anywhere/data"  # not counted against its 20 GB
     monkeypatch.setenv("TA_COLAB_DRIVE", str(tmp_path / "drive"))
+    monkeypatch.setenv("TA_COLAB_CONTENT", str(tmp_path / "content"))
+    data, out = make().paths("colab")  # Drive not mounted: all on the VM's disk
+    assert out == tmp_path / "content/train-anywhere/runs/fashion_mnist"
+    (tmp_path / "drive" / "MyDrive").mkdir(parents=True)  # mounted
     data, out = make().paths("colab")
-    assert out == tmp_path / "drive/MyDrive/train-anywhere/runs/fashion_mnist"
+    assert out == tmp_path / "drive/MyDrive/train-anywhere/runs/fashion_mnist"  # durable
+    assert data == tmp_path / "content/train-anywhere/data"  # the VM's disk, not the FUSE mount
     assert make(OUT_DIR=str(tmp_path / "x")).paths("colab")[1] == tmp_path / "x"

@@ -102,12 +102,12 @@ def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path)
     elif profile.runtime == "colab":
         drive = tmp_path / "drive"
         env.update(PYTHONPATH=str(FAKES), COLAB_RELEASE_TAG="release-colab-lane",
-                   TA_COLAB_DRIVE=str(drive), TA_FAKE_COLAB_LOG=str(tmp_path))
+                   TA_COLAB_DRIVE=str(drive), TA_FAKE_COLAB_LOG=str(tmp_path),
+                   TA_COLAB_CONTENT=str(content))
         out_dir = drive / "MyDrive" / "train-anywhere" / "runs" / workload
-    else:  # Kaggle's defaults are under /kaggle/working: give this machine's folders instead
-        env["KAGGLE_KERNEL_RUN_TYPE"] = "Interactive"
-        out_dir = tmp_path / "working" / "runs"
-        params.update(DATA_DIR=str(tmp_path / "working" / "data"), OUT_DIR=str(out_dir))
+    else:  # Kaggle's defaults are under /kaggle: the stand-in's /kaggle is a temp folder
+        env.update(KAGGLE_KERNEL_RUN_TYPE="Interactive", TA_KAGGLE_ROOT=str(tmp_path))
+        out_dir = tmp_path / "working" / "runs" / workload
     if profile.accelerator == "xla":
         env["PJRT_DEVICE"] = "CPU"
     executed = tmp_path / "executed.ipynb"

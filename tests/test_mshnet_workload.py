@@ -10,7 +10,6 @@ from lib.data.irstd import PAPER_RESULTS
 from lib.models.mshnet import MSHNet, MSHNetConfig
 from lib.platforms import default_dirs
 from lib.workloads.mshnet import (
-    KAGGLE_INPUT,
     MSHNetRunConfig,
     build_task,
     prediction_grid,
@@ -52,11 +51,24 @@ def test_bad_parameters_get_one_clear_message(changes, pattern):
         make(**changes)
 
 
-def test_kaggle_reads_attached_datasets_and_writes_the_sample_where_it_can():
-    working_data, working_runs = default_dirs("mshnet", "kaggle")
-    assert make().paths("kaggle") == (KAGGLE_INPUT, working_runs)
-    # /kaggle/input is read-only
-    assert make(SAMPLE_DATA=True).paths("kaggle")[0] == working_data
+@pytest.mark.parametrize("attached", ["datasets/someone/irstd-1k", "irstd-1k", None])
+def test_kaggle_reads_attached_datasets_and_writes_the_sample_where_it_can(
+        attached, tmp_path, monkeypatch):
+    """Both layouts Kaggle mounts datasets in (current: three levels, older: one); nothing
+    attached: /kaggle/input itself, whose reader then says what it expected."""
+    from lib.data.irstd_sample import write_irstd_sample
+
+    monkeypatch.setenv("TA_KAGGLE_ROOT", str(tmp_path))
+    (tmp_path / "input" / "notebooks" / "me" / "an-unrelated-run").mkdir(parents=True)
+    if attached:
+        write_irstd_sample(tmp_path / "input" / attached, n_train=2, n_test=2, size=32)
+    scratch_data, working_runs = default_dirs("mshnet", "kaggle")
+    assert working_runs == tmp_path / "working" / "runs" / "mshnet"
+    assert not scratch_data.is_relative_to(tmp_path / "working")  # the output keeps results
+    want = tmp_path / "input" / attached if attached else tmp_path / "input"
+    assert make().paths("kaggle") == (want, working_runs)
+    # /kaggle/input is read-only: the sample goes to scratch
+    assert make(SAMPLE_DATA=True).paths("kaggle")[0] == scratch_data
     assert make(DATA_DIR="~/irstd").paths("kaggle")[0] == Path("~/irstd").expanduser()
 
 

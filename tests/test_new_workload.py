@@ -138,7 +138,8 @@ def test_the_new_workload_runs_on_the_colab_and_kaggle_stand_ins(user, tmp_path)
     drive = tmp_path / "drive"  # Colab: tests/fakes/google/colab mounts "Drive" here
     text = execute_in(user, "colab_t4", tmp_path, user_env(
         PYTHONPATH=str(FAKES), COLAB_RELEASE_TAG="release-colab-test",
-        TA_COLAB_DRIVE=str(drive), TA_FAKE_COLAB_LOG=str(tmp_path)))
+        TA_COLAB_DRIVE=str(drive), TA_FAKE_COLAB_LOG=str(tmp_path),
+        TA_COLAB_CONTENT=str(tmp_path / "content")))  # scratch: the VM's /content
     assert "Colab T4 notebook on the colab runtime" in text
     check_history(drive / "MyDrive" / "train-anywhere" / "runs" / NAME, 1)
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]

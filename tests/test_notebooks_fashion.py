@@ -95,11 +95,14 @@ def test_colab_bootstrap_mounts_drive_writes_there_and_flushes(tmp_path):
     """The Colab path against tests/fakes/google/colab: defaults go to Drive."""
     drive = tmp_path / "drive"
     env = {"PYTHONPATH": str(FAKES), "COLAB_RELEASE_TAG": "release-colab-test",
-           "TA_COLAB_DRIVE": str(drive), "TA_FAKE_COLAB_LOG": str(tmp_path)}
+           "TA_COLAB_DRIVE": str(drive), "TA_FAKE_COLAB_LOG": str(tmp_path),
+           "TA_COLAB_CONTENT": str(tmp_path / "content")}
     nb = execute("fashion_mnist", "colab_t4", tmp_path, env=env, **SMOKE)
     out_dir = drive / "MyDrive" / "train-anywhere" / "runs" / "fashion_mnist"
     check_run(out_dir)
-    assert (drive / "MyDrive" / "train-anywhere" / "data" / "sample" / "FashionMNIST").is_dir()
+    # Data on the VM's disk (Drive is a slow FUSE mount), results on Drive.
+    assert (tmp_path / "content" / "train-anywhere" / "data" / "sample" / "FashionMNIST").is_dir()
+    assert not (drive / "MyDrive" / "train-anywhere" / "data").exists()
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert [c["call"] for c in calls] == ["mount", "flush_and_unmount"]
     assert calls[0]["mountpoint"] == str(drive)

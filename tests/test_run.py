@@ -1,11 +1,14 @@
 """The run folder: writability checks, durable checkpoints, the ETA warning."""
 
 import os
+import time
 
 import pytest
 import torch
 
 from lib import run as run_mod
+from lib.clock import Clock
+from lib.platforms import storage
 from lib.run import Run
 
 
@@ -43,16 +46,32 @@ def test_every_checkpoint_and_its_rename_are_fsynced(tmp_path, monkeypatch):
     assert files[1].startswith(".best.pt.") and synced.count("checkpoints") == 2
 
 
-def test_eta_beyond_the_session_limit_warns_once_with_the_fix(tmp_path, capsys):
-    run = make(tmp_path, session_hours=12.0)
+@pytest.mark.parametrize("runtime, advice", [
+    ("kaggle", "Save Version again with this version's output attached"),
+    ("colab", "re-run the notebook: it resumes from the run folder on Drive")])
+def test_eta_beyond_the_time_left_warns_once_with_the_platforms_fix(tmp_path, capsys, runtime,
+                                                                    advice, monkeypatch):
+    """Measured against the time this session has left (10 of 12 h gone: 2 h), not the
+    whole limit: 5 h of training fit in 12 h but not in the 2 h left."""
+    monkeypatch.setenv("TA_COLAB_DRIVE", str(tmp_path / "drive"))
+    (tmp_path / "drive" / "MyDrive").mkdir(parents=True)  # Drive mounted
+    clock = Clock(time.time() - 10 * 3600, 12.0)
+    run = make(tmp_path, clock=clock, storage=storage(runtime))
     run.begin([], 0)
     record = {"epoch": 1, "seconds": 3600.0, "samples_per_s": 10.0, "train_loss": 1.0}
-    run.end_epoch(record, epochs=20, progress=run.progress(1))
-    run.end_epoch(dict(record, epoch=2), epochs=20, progress=run.progress(1))
+    run.end_epoch(record, epochs=6, progress=run.progress(1))
+    run.end_epoch(dict(record, epoch=2), epochs=6, progress=run.progress(1))
     out = capsys.readouterr().out
     assert out.count("WARNING") == 1
-    assert "19.0 h exceed this platform's 12 h session limit" in out
-    assert "ETA 19.0 h" in out and "resumes from epoch 1" in out
+    assert "the remaining 5.0 h of training exceed the 2.0 h left in this session" in out
+    assert "ETA 5.0 h" in out and advice in out and "now at epoch 1" in out
+
+
+def test_no_warning_without_a_limit(tmp_path, capsys):
+    run = make(tmp_path)  # a local session
+    run.begin([], 0)
+    run.end_epoch({"epoch": 1, "seconds": 3600.0, "samples_per_s": 1.0}, 300, run.progress(1))
+    assert "WARNING" not in capsys.readouterr().out
 
 
 def test_no_warning_within_the_limit(tmp_path, capsys):

@@ -91,8 +91,9 @@ def test_kaggle_without_credentials_is_one_line(tmp_path):
 
 @pytest.mark.notebook
 def test_kaggle_cell_that_fails_remotely_is_one_line_and_retried(tmp_path):
-    """The kernel errors (DEVICE cuda on a machine without one): the cell's failure is one
-    line, the state kept; fixing nothing and re-running pushes that cell again."""
+    """The kernel errors (DEVICE cuda on a machine without one): pushed once more with its
+    output attached, then, no progress in two attempts, given up: one line, the state kept;
+    fixing nothing and re-running pushes that cell again."""
     out = tmp_path / "k"
     args = ["fashion_mnist", "--grid", "SEED=1", *SMOKE, "-p", "DEVICE", "cuda", "--out",
             str(out), "--on", "kaggle", "--poll", "0.5"]
@@ -102,10 +103,43 @@ def test_kaggle_cell_that_fails_remotely_is_one_line_and_retried(tmp_path):
         failed = [line for line in proc.stderr.splitlines() if line.startswith("cell ")]
         assert len(failed) == 1 and "seed=1 failed: kernel tester/" in failed[0]
         assert "ended ERROR" in failed[0] and "DeviceError" in failed[0]
+        assert "no progress in 2 attempts in a row" in failed[0]
         assert "run the same command again" in proc.stderr
+        pushes = [b for e, b, _ in server.requests if e == "SaveKernel"]
+        assert len(pushes) == 2 and pushes[1]["kernelDataSources"] == [pushes[0]["slug"]]
         again = sweep(*args, env=kaggle_env(tmp_path))
         assert again.returncode == 1
-        assert [e for e, _, _ in server.requests].count("SaveKernel") == 2
+        assert [e for e, _, _ in server.requests].count("SaveKernel") == 4
+
+
+@pytest.mark.notebook
+def test_kaggle_cell_longer_than_a_session_continues_on_its_next_push(tmp_path):
+    """The first kernel reaches its session limit (the stand-in's shortened one) after a
+    step: it stops itself, saved, and completes with STOPPED.json in its output. That is not
+    DONE: the cell is pushed to its second slug with the first kernel as a kernel source,
+    the new session carries the run over from /kaggle/input and finishes it."""
+    out = tmp_path / "k"
+    args = ["fashion_mnist", "--grid", "SEED=1", *SMOKE[:6], "-p", "EPOCHS", "2",
+            "--out", str(out), "--on", "kaggle", "--poll", "0.5"]
+    with FakeKaggle(tmp_path / "kaggle-side", {"OMP_NUM_THREADS": "1"},
+                    session_hours=[1e-9]) as server:
+        proc = sweep(*args, env=kaggle_env(tmp_path))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        pushes = [b for e, b, _ in server.requests if e == "SaveKernel"]
+        first, second = "tester/fashion-mnist-kaggle-p100-seed-1", \
+            "tester/fashion-mnist-kaggle-p100-seed-1-b"
+        assert [b["slug"] for b in pushes] == [first, second]
+        assert "kernelDataSources" not in pushes[0]  # an empty list is not sent
+        assert pushes[1]["kernelDataSources"] == [first]
+        assert "stopped itself before the session limit; pushing it again" in proc.stdout
+        log = (tmp_path / "kaggle-side" / second.split("/")[1] / "executed.ipynb").read_text()
+        assert "carried over the run in" in log and "/input/notebooks/" + first in log
+        pages = [b for e, b, _ in server.requests if e == "ListKernelSessionOutput"]
+        assert any(b.get("pageToken") for b in pages), "the output came in pages"
+    run = out / "cells" / "seed=1" / "run"
+    records = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2] and not (run / "STOPPED.json").exists()
+    assert (out / "cells" / "seed=1" / "DONE.json").exists()
 
 
 def colab_env(tmp_path: Path, **extra) -> dict:
@@ -176,8 +210,32 @@ def test_colab_cell_that_fails_is_one_line_and_the_vm_is_still_released(tmp_path
     assert proc.returncode == 1
     failed = [line for line in proc.stderr.splitlines() if line.startswith("cell ")]
     assert len(failed) == 1 and failed[0].startswith("cell seed=1 failed: DeviceError: ")
-    assert [c[0] for c in colab_calls(tmp_path)] == ["new", "exec", "stop"]
+    assert "no progress in 2 attempts in a row" in failed[0]
+    # Each VM: the notebook, then packing (nothing to pack: no download), then released.
+    assert [c[0] for c in colab_calls(tmp_path)] == ["new", "exec", "exec", "stop"] * 2
     assert not any((tmp_path / "vms").iterdir())
+
+
+@pytest.mark.notebook
+def test_colab_cell_that_does_not_finish_runs_again_from_its_uploaded_partial_run(tmp_path):
+    """The first VM's session ends (the stand-in's shortened limit) after a step: the notebook
+    stops itself, saved; packing and downloading still run, and the next VM gets that run
+    uploaded before the notebook, which resumes it and finishes."""
+    out = tmp_path / "c"
+    args = ["fashion_mnist", "--grid", "SEED=1", *COLAB_SMOKE[:6], "-p", "EPOCHS", "2",
+            "-p", "DATA_DIR", "/content/data", "--out", str(out), "--on", "colab"]
+    proc = sweep(*args, env=colab_env(tmp_path, COLAB_FAKE_ENV=json.dumps(
+        {"OMP_NUM_THREADS": "1"}), COLAB_FAKE_LIMITS="[1e-9]"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stopped itself before the session limit; running it again" in proc.stdout
+    calls = [c[0] for c in colab_calls(tmp_path)]
+    assert calls == ["new", "exec", "exec", "download", "stop",
+                     "new", "upload", "exec", "exec", "exec", "download", "stop"]
+    executed = (out / "cells" / "seed=1" / "notebook.ipynb").read_text()
+    assert "resumed from" in executed and "at epoch 0, batch 1" in executed
+    run = out / "cells" / "seed=1" / "run"
+    records = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2] and not (run / "STOPPED.json").exists()
 
 
 def test_colab_without_credentials_is_one_line_and_resumable(tmp_path):
@@ -221,3 +279,73 @@ def test_an_executed_notebooks_error_is_its_last_line(tmp_path):
     nbformat.write(nb, tmp_path / "y.ipynb")
     assert notebook_error(tmp_path / "y.ipynb") is None
     assert "did not come back" in notebook_error(tmp_path / "missing.ipynb")
+
+
+def _output(folder: Path, files: dict) -> Path:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_kaggle_judges_how_a_kernel_ended(tmp_path):
+    """DONE only for a completed kernel whose run finished with something under out/; any
+    other end is pushed again, until two attempts in a row make no progress."""
+    from lib.sweep.kaggle import judge
+
+    state = {"ref": "me/a", "attempt": 1}
+    done = _output(tmp_path / "done", {"metrics.jsonl": "{}",
+                                       "checkpoints/ckpt-e0002-b000000.pt": ""})
+    assert judge("COMPLETE", done, "", state)[0] == "done"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    verdict, why, nxt = judge("COMPLETE", empty, "", state)
+    assert (verdict, nxt["stalled"], nxt["source"]) == ("retry", 1, "me/a")
+    assert why == "completed with nothing under out/"
+    assert judge("COMPLETE", empty, "", dict(nxt, ref="me/a-b"))[0] == "give up"
+    stopped = _output(tmp_path / "stopped", {"STOPPED.json": "{}",
+                                             "checkpoints/ckpt-e0000-b000003.pt": ""})
+    verdict, why, nxt = judge("COMPLETE", stopped, "", state)
+    assert (verdict, nxt["stalled"], nxt["attempt"]) == ("retry", 0, 2)
+    assert nxt["progress"] == ["checkpoints/ckpt-e0000-b000003.pt"]
+    # Timed out (no output kept) after an attempt that saved: one more try, then given up.
+    gone = tmp_path / "gone"
+    verdict, why, nxt = judge("ERROR", gone, "timed out", dict(nxt, ref="me/a-b"))
+    assert (verdict, why) == ("retry", "ended ERROR: timed out")
+    verdict, why, _ = judge("ERROR", gone, "timed out", dict(nxt, ref="me/a"))
+    assert verdict == "give up" and "no progress in 2 attempts in a row" in why
+
+
+def test_kaggle_needs_the_client_that_pages_kernel_output():
+    from lib.cli import UsageError
+    from lib.sweep.kaggle import check_client_version
+
+    check_client_version("2.2.2")
+    check_client_version("2.10.0")
+    with pytest.raises(UsageError, match=r"kaggle client 2.2.1 .* first page .* kaggle>=2.2.2"):
+        check_client_version("2.2.1")
+
+
+def test_kaggle_time_limit_becomes_the_notebooks_session_limit(tmp_path):
+    """--time sets the kernel's timeout and, in a cell after the parameters, the limit the
+    notebook stops itself before; retries alternate slugs and name their source."""
+    import nbformat
+
+    from lib.sweep import Cell
+    from lib.sweep.kaggle import prepare
+
+    cell = Cell("seed=1", {"SEED": 1}, tmp_path / "seed=1")
+    cell.dir.mkdir()
+    (cell.dir / "cell.json").write_text(json.dumps(
+        {"name": "seed=1", "values": {"SEED": 1}, "workload": "fashion_mnist",
+         "platform": "kaggle_p100", "params": {"SEED": 1, "SMOKE": True}}))
+    folder, ref = prepare(cell, "me", attempt=2, source="me/fashion-mnist-kaggle-p100-seed-1",
+                          minutes=90)
+    assert ref == "me/fashion-mnist-kaggle-p100-seed-1-b"
+    meta = json.loads((folder / "kernel-metadata.json").read_text())
+    assert meta["kernel_sources"] == ["me/fashion-mnist-kaggle-p100-seed-1"]
+    nb = nbformat.read(folder / "notebook.ipynb", as_version=4)
+    tags = [c.metadata.get("tags", []) for c in nb.cells]
+    at = next(i for i, t in enumerate(tags) if "injected-parameters" in t)
+    assert "session-limit" in tags[at + 1]
+    assert 'os.environ["TA_SESSION_HOURS"] = "1.5"' in nb.cells[at + 1].source

@@ -39,9 +39,18 @@ TONIC_CLASSES = {"nmnist": tonic.datasets.NMNIST, "dvsgesture": tonic.datasets.D
 OFFICIAL_TIME_BINS = {"nmnist": 300, "dvsgesture": 500, "cifar10dvs": 100}
 
 
+# tonic's own "extracted" threshold per dataset (its `_check_exists`: nmnist.py, dvsgesture.py,
+# cifar10dvs.py), which also demands the downloaded archive beside the folder; attached
+# datasets (Kaggle) come extracted, without it.
+EXTRACTED = {"nmnist": (10000, ".bin"), "dvsgesture": (100, ".npy"),
+             "cifar10dvs": (1000, ".aedat4")}
+
+
 def _write_sample(name: str, folder: Path) -> Path:
     """The offline sample of `name` in its real format."""
     return getattr(events_sample, f"write_{name}_sample")(folder)
+
+
 # A frame holds the events of one pixel and polarity in one time bin: uint8 keeps up to 255.
 MAX_COUNT = 255
 
@@ -258,8 +267,12 @@ def load_events(name: str, root: Path, train: bool | None, transform=None, *,
     kwargs = {} if name == "cifar10dvs" else {"train": bool(train)}
     if sample:  # only sample files skip tonic's "archive present and >= N files" check
         cls = type(cls.__name__, (cls,), {"_check_exists": lambda self: True})
-    elif name in DOWNLOAD_BYTES and not (root / cls.__name__).is_dir():  # nothing there yet
-        space.require(root, DOWNLOAD_BYTES[name], f"downloading and unpacking {cls.__name__}")
+    else:  # an extracted folder counts without its archive (a read-only Kaggle dataset)
+        if name in DOWNLOAD_BYTES and not (root / cls.__name__).is_dir():  # nothing there yet
+            space.require(root, DOWNLOAD_BYTES[name], f"downloading and unpacking {cls.__name__}")
+        n, ext = EXTRACTED[name]
+        cls = type(cls.__name__, (cls,), {"_check_exists": lambda self: (
+            self._folder_contains_at_least_n_files_of_type(n, ext))})
     try:
         ds = cls(str(root), transform=transform, **kwargs)
     except (OSError, RuntimeError) as exc:  # the download failed or its md5 did not match

@@ -167,6 +167,9 @@ def add_sweep_parser(sub, param_help: str) -> None:
     g.add_argument("--gpus", type=int, default=None, help="GPUs per cell")
     g.add_argument("--time", type=int, default=None, metavar="MINUTES",
                    help="time limit per cell in minutes (also Kaggle's and colab exec's)")
+    g.add_argument("--max-requeues", type=int, default=3, metavar="N",
+                   help="times a cell may hit --time and requeue itself to go on from its "
+                        "checkpoint (default 3; preemptions do not count)")
     g.add_argument("--cluster", default="slurm", choices=("slurm", "local", "debug"),
                    help="submitit's executor: slurm, or local/debug to try the array here")
     g = p.add_argument_group("kaggle (kernels push / status / output)")

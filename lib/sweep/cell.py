@@ -9,6 +9,7 @@ notebook the same way.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -40,6 +41,42 @@ def finish(cell_dir: Path, out_dir: Path, started: float) -> dict:
     (cell_dir / FAILED).unlink(missing_ok=True)
     atomic.write_text(cell_dir / DONE, json.dumps(result, indent=1))
     return result
+
+
+def add_session_limit(nb, minutes: int | None) -> None:
+    """A remote cell's time limit (--time) as the session limit its notebook stops itself
+    before: a cell after the injected parameters sets TA_SESSION_HOURS (lib.platforms)."""
+    import nbformat
+
+    if not minutes:
+        return
+    at = next(i for i, c in enumerate(nb.cells)
+              if "injected-parameters" in c.metadata.get("tags", []))
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(
+        f'import os\nos.environ["TA_SESSION_HOURS"] = "{minutes / 60!r}"  # --time',
+        metadata={"tags": ["session-limit"]}))
+
+
+def progress_of(out_dir: Path) -> list[str]:
+    """What a cell's output has trained: each run folder's newest checkpoint."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        return []
+    newest = {}
+    for ckpt in sorted(out_dir.rglob("ckpt-*.pt")):
+        newest[str(ckpt.parent.relative_to(out_dir))] = ckpt.name
+    return sorted(f"{k}/{v}" for k, v in newest.items())
+
+
+def keep_output(got: Path, target: Path, stopped: str = "STOPPED.json") -> Path:
+    """Copy a remote cell's output into its local run folder; a STOPPED marker of an earlier
+    attempt, whose run has since resumed, is removed."""
+    if Path(got).is_dir():
+        shutil.copytree(got, target, dirs_exist_ok=True, copy_function=shutil.copy)
+        for marker in Path(target).rglob(stopped):
+            if not (Path(got) / marker.relative_to(target)).exists():
+                marker.unlink()
+    return target
 
 
 def fail(cell_dir: Path, error: str) -> None:

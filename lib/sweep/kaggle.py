@@ -9,6 +9,19 @@ of `out/` (the cell's OUT_DIR, /kaggle/working/out) into the cell's run folder. 
 remembered in CELL_DIR/kaggle.json, so re-running the sweep polls it instead of pushing
 it again; a failed one is pushed again.
 
+A cell is DONE only when its kernel completed with a run that finished (no STOPPED.json,
+which the loop leaves when it stops before the session limit) and a non-empty output. Any
+other end pushes it again as the *other* of two kernel slugs (`<slug>`, `<slug>-b`) with
+`kernel_sources: [the kernel that just ran]`, so the new version mounts that output under
+/kaggle/input and the session carries the run over (`lib.experiment.carry_over`): pushing to
+the same slug would replace the version whose output held the partial run, and whether a
+kernel may list itself as its own source is not documented. `kernel_sources` is sent as the
+push's `kernel_data_sources` (kaggle-cli src/kaggle/api/kaggle_api_extended.py:
+`kernels_push`; docs/kernels_metadata.md: "the latest output of the source kernel is used").
+A cell whose newest checkpoint did not move in two attempts in a row is not pushed again and
+is reported. `kernels output` pages through all files from kaggle 2.2.2 on (kaggle-cli
+#1046; earlier clients fetched the first page only), so older clients are refused.
+
 The client reads credentials as `kaggle` itself does (KAGGLE_API_TOKEN, ~/.kaggle/...,
 KAGGLE_USERNAME + KAGGLE_KEY). KAGGLE_API_ENVIRONMENT selects kagglesdk's endpoint (TEST:
 http://localhost:7777, which the tests serve with a stand-in); kaggle 2.2's KaggleApi
@@ -29,12 +42,15 @@ from pathlib import Path
 
 from lib import atomic
 from lib.cli import NOTEBOOKS, UsageError
-from lib.sweep.cell import fail, finish
+from lib.sweep.cell import add_session_limit, fail, finish, keep_output, progress_of
 
 REMOTE_WORK = "/kaggle/working"
 REMOTE_OUT = f"{REMOTE_WORK}/out"  # the cell's OUT_DIR on Kaggle; gathered as out/...
 MAX_SLUG = 50  # Kaggle's longest kernel title / slug
 FINAL_FAILED = ("ERROR", "CANCEL_REQUESTED", "CANCEL_ACKNOWLEDGED")
+MIN_CLIENT = (2, 2, 2)  # the first kaggle client whose `kernels output` pages (#1046)
+STALLED_ATTEMPTS = 2  # attempts in a row without progress before a cell is given up
+STOPPED = "STOPPED.json"  # left by lib.train.fit when it stops before the session limit
 
 
 class KaggleFailed(RuntimeError):
@@ -51,6 +67,7 @@ def client():
     except ImportError:
         raise UsageError("the kaggle backend needs the kaggle client: pip install "
                          "'train-anywhere[sweep]' (or pip install kaggle six).") from None
+    check_client_version()
 
     class _Api(KaggleApi):
         def build_kaggle_client(self):
@@ -75,6 +92,18 @@ def client():
     return api
 
 
+def check_client_version(version: str | None = None) -> None:
+    """Refuse a kaggle client whose `kernels output` fetches only the first page of files."""
+    import importlib.metadata
+
+    version = version or importlib.metadata.version("kaggle")
+    parts = tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+    if parts < MIN_CLIENT:
+        raise UsageError(f"kaggle client {version} downloads only the first page of a kernel's "
+                         "output files; the kaggle backend needs kaggle>=2.2.2: pip install -U "
+                         "'kaggle>=2.2.2'.")
+
+
 def slug_for(base: str, cell: str) -> str:
     """A kernel slug for one cell: lower-case, dashes, at most 50 characters, unique."""
     import hashlib
@@ -86,8 +115,13 @@ def slug_for(base: str, cell: str) -> str:
     return slug
 
 
-def prepare(cell, owner: str | None) -> tuple[Path, str]:
-    """CELL_DIR/kaggle/: kernel-metadata.json and the parameterised notebook; (folder, ref)."""
+def prepare(cell, owner: str | None, attempt: int = 1, source: str | None = None,
+            minutes: int | None = None) -> tuple[Path, str]:
+    """CELL_DIR/kaggle/: kernel-metadata.json and the parameterised notebook; (folder, ref).
+
+    Attempts alternate between two slugs; `source` (the kernel that ran before) is attached
+    as a kernel source. `minutes` (--time) becomes the session limit the notebook stops
+    itself before (TA_SESSION_HOURS, set in a cell after the parameters)."""
     import nbformat
     from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
@@ -101,13 +135,15 @@ def prepare(cell, owner: str | None) -> tuple[Path, str]:
                          "kaggle_p100, kaggle_t4x2 or kaggle_tpu.")
     meta = json.loads(meta_path.read_text())
     meta_owner, base = meta["id"].split("/", 1)
-    slug = slug_for(base, spec["name"])
-    meta.update(id=f"{owner or meta_owner}/{slug}", title=slug, code_file="notebook.ipynb")
+    slug = slug_for(base, spec["name"] + ("" if attempt % 2 else " b"))
+    meta.update(id=f"{owner or meta_owner}/{slug}", title=slug, code_file="notebook.ipynb",
+                kernel_sources=[source] if source else [])
     folder = cell.dir / "kaggle"
     folder.mkdir(parents=True, exist_ok=True)
     nb = load_notebook_node(str(NOTEBOOKS / platform / f"{workload}.ipynb"))  # as papermill
     params = {**spec["params"], "OUT_DIR": REMOTE_OUT}
     nb = parameterize_notebook(nb, params, kernel_name="python3", language="python")
+    add_session_limit(nb, minutes)
     nbformat.write(nb, folder / "notebook.ipynb")
     atomic.write_text(folder / "kernel-metadata.json", json.dumps(meta, indent=2))
     return folder, meta["id"]
@@ -130,19 +166,42 @@ def _quota(cells: list, todo: list, args) -> None:
               "weekly reset to finish them.", file=sys.stderr, flush=True)
 
 
-def _gather(api, cell, ref: str, pushed_at: float) -> dict:
-    """kernels_output of out/ into the cell's run folder (or the shared OUT), then DONE."""
-    spec = cell.spec()
+def _download(api, cell, ref: str) -> Path:
+    """The kernel's latest output under out/ into CELL_DIR/remote (the client pages)."""
     remote = cell.dir / "remote"
     shutil.rmtree(remote, ignore_errors=True)
     with contextlib.redirect_stdout(io.StringIO()):
         api.kernels_output(ref, str(remote), file_pattern=r"^out/", force=True, quiet=True)
-    got = remote / "out"
-    # Shared: the sweep's own folder, where the study keeps one folder per grid run.
-    target = cell.dir.parent.parent if spec.get("shared_out") else cell.dir / "run"
-    if got.is_dir():
-        shutil.copytree(got, target, dirs_exist_ok=True, copy_function=shutil.copy)
-    return finish(cell.dir, target, pushed_at)
+    return remote / "out"
+
+
+def _keep(cell, got: Path) -> Path:
+    """What the kernel produced, into the cell's run folder (or the shared OUT)."""
+    target = cell.dir.parent.parent if cell.spec().get("shared_out") else cell.dir / "run"
+    return keep_output(got, target, STOPPED)
+
+
+def judge(status: str, got: Path, failure: str, state: dict) -> tuple[str, str, dict]:
+    """After a kernel ended: ("done" | "retry" | "give up", why, the state for the next push)."""
+    files = [p for p in got.rglob("*") if p.is_file()] if got.is_dir() else []
+    stopped = any(p.name == STOPPED for p in files)
+    if status == "COMPLETE" and files and not stopped:
+        return "done", "", state
+    if stopped:
+        why = "stopped itself before the session limit"
+    elif status == "COMPLETE":
+        why = "completed with nothing under out/"
+    else:
+        why = f"ended {status}" + (f": {failure}" if failure else "")
+    progress = progress_of(got)
+    moved = bool(progress) and progress != state.get("progress")
+    stalled = 0 if moved else state.get("stalled", 0) + 1
+    nxt = {"attempt": state.get("attempt", 1) + 1, "source": state["ref"], "stalled": stalled,
+           "progress": progress or state.get("progress", [])}
+    if stalled >= STALLED_ATTEMPTS:
+        return "give up", (f"{why}; no progress in {stalled} attempts in a row, so it is not "
+                           "pushed again"), nxt
+    return "retry", why, nxt
 
 
 def run(cells: list, args, out: Path) -> None:
@@ -157,13 +216,14 @@ def run(cells: list, args, out: Path) -> None:
         if pushed.exists() and not (cell.dir / "FAILED.json").exists():
             running[cell.name] = (cell, json.loads(pushed.read_text()))  # poll, don't re-push
         else:
-            queue.append(cell)
+            queue.append((cell, {}))
     total, n = len(cells), 0
     try:
         while queue or running:
             while queue and len(running) < max(1, args.max_running):
-                cell = queue.pop(0)
-                folder, ref = prepare(cell, owner)
+                cell, before = queue.pop(0)
+                attempt = before.get("attempt", 1)
+                folder, ref = prepare(cell, owner, attempt, before.get("source"), args.time)
                 with contextlib.redirect_stdout(io.StringIO()):
                     resp = api.kernels_push(str(folder), timeout=(str(args.time * 60)
                                                                  if args.time else None))
@@ -172,33 +232,45 @@ def run(cells: list, args, out: Path) -> None:
                     n += 1
                     print(f"[{n}/{total}] {cell.name}: push refused: {resp.error}", flush=True)
                     continue
-                state = {"ref": ref, "version": getattr(resp, "version_number", None),
-                         "url": getattr(resp, "url", ""), "pushed_at": time.time()}
+                state = dict(before, ref=ref, version=getattr(resp, "version_number", None),
+                             url=getattr(resp, "url", ""), pushed_at=time.time(),
+                             attempt=attempt)
+                state.setdefault("first_pushed_at", state["pushed_at"])
                 (cell.dir / "FAILED.json").unlink(missing_ok=True)
                 atomic.write_text(cell.dir / "kaggle.json", json.dumps(state, indent=1))
                 running[cell.name] = (cell, state)
-                print(f"pushed {cell.name} as kernel {ref} (version {state['version']})",
-                      flush=True)
+                source = f", continuing {before['source']}" if before.get("source") else ""
+                print(f"pushed {cell.name} as kernel {ref} (version {state['version']}"
+                      f"{source})", flush=True)
             for name, (cell, state) in list(running.items()):
                 resp = api.kernels_status(state["ref"])
                 status = getattr(resp.status, "name", str(resp.status))
-                if status == "COMPLETE":
-                    result = _gather(api, cell, state["ref"], state["pushed_at"])
+                if status != "COMPLETE" and status not in FINAL_FAILED:
+                    continue
+                del running[name]
+                got = _download(api, cell, state["ref"])
+                target = _keep(cell, got)
+                lines = (getattr(resp, "failure_message", "") or "").strip().splitlines()
+                verdict, why, nxt = judge(status, got, lines[-1] if lines else "", state)
+                if verdict == "done":
+                    result = finish(cell.dir, target, state.get("first_pushed_at",
+                                                                state["pushed_at"]))
                     n += 1
                     value = result.get("value")
                     shown = (f"{result['metric']} {value:.4f}" if isinstance(value, float)
                              else "done")
                     print(f"[{n}/{total}] {cell.name}: {shown} (kernel {state['ref']})",
                           flush=True)
-                    del running[name]
-                elif status in FINAL_FAILED:
-                    message = (resp.failure_message or "").strip().splitlines()
-                    fail(cell.dir, f"kernel {state['ref']} ended {status}"
-                         + (f": {message[-1]}" if message else ""))
+                elif verdict == "retry":
+                    print(f"{cell.name}: kernel {state['ref']} {why}; pushing it again with "
+                          "that output attached", flush=True)
+                    queue.append((cell, dict(nxt, first_pushed_at=state.get(
+                        "first_pushed_at", state["pushed_at"]))))
+                else:
+                    fail(cell.dir, f"kernel {state['ref']} {why}")
                     n += 1
-                    print(f"[{n}/{total}] {cell.name}: {status} (kernel {state['ref']})",
+                    print(f"[{n}/{total}] {cell.name}: {why} (kernel {state['ref']})",
                           flush=True)
-                    del running[name]
             if running:
                 time.sleep(args.poll)
     except (OSError, ValueError) as exc:  # requests' errors are OSErrors; the client's ValueError

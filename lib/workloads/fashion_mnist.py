@@ -74,14 +74,14 @@ def results_table(scores: dict, best: dict, history: list[dict], sample: bool) -
     """Markdown table: the best checkpoint's and the last epoch's test accuracy, and which
     data they were measured on."""
     data = "synthetic sample" if sample else "Fashion-MNIST"
-    last = history[-1]
-    return "\n".join([
-        "| | test accuracy (%) | data |", "|---|---|---|",
-        f"| best checkpoint (epoch {best['position'][0]}) | "
-        f"{100 * scores['test_accuracy']:.2f} | {data} |",
-        f"| last epoch ({last['epoch']}) | "
-        f"{100 * last['test_accuracy']:.2f} | {data} |",
-    ])
+    rows = ["| | test accuracy (%) | data |", "|---|---|---|",
+            f"| best checkpoint (epoch {best['position'][0]}) | "
+            f"{100 * scores['test_accuracy']:.2f} | {data} |"]
+    if history:  # empty when a session stopped before its limit inside the first epoch
+        last = history[-1]
+        rows.append(f"| last epoch ({last['epoch']}) | {100 * last['test_accuracy']:.2f} | "
+                    f"{data} |")
+    return "\n".join(rows)
 
 
 WORKLOAD = Workload(FashionConfig, datasets, train, headline="test_accuracy",

@@ -15,18 +15,18 @@ from pathlib import Path
 import torch
 
 from lib.config import ConfigError, RunConfig
-from lib.data.irstd import PAPER_RESULTS, overlay
+from lib.data.irstd import PAPER_RESULTS, find_layout, overlay
 from lib.data.irstd import build_datasets as irstd_datasets
+from lib.errors import DataError, DataNotFound
 from lib.losses.sls import OFFICIAL_WARM_EPOCH, WARMUP_RULES, SLSLoss, warmup_length
 from lib.metrics_seg import SegMetrics, select_prediction
 from lib.models.mshnet import MSHNet, MSHNetConfig
-from lib.platforms import PLATFORMS
+from lib.platforms import PLATFORMS, input_roots, storage
 from lib.plots import image_grid
 from lib.session import Session
 from lib.train import Task, evaluate_on
 from lib.workloads import Workload
 
-KAGGLE_INPUT = Path("/kaggle/input")  # where Kaggle mounts attached datasets (read-only)
 PAPER_SIZE = 256  # base and crop size of the paper
 SAMPLE_SIZE = 64  # the offline sample's: CPU smoke runs take seconds
 CURVES = ("loss", "mIoU", "nIoU", "Pd", "Fa")
@@ -37,11 +37,22 @@ OFFICIAL = {"epochs": 400, "lr": 0.05, "batch_size": 4, "warm_epochs": OFFICIAL_
 def data_dir(runtime: str, sample: bool, default: Path) -> Path:
     """DATA_DIR when the notebook leaves it None.
 
-    On Kaggle the dataset is attached under /kaggle/input (searched two levels down); the
-    sample cannot be written there (read-only) and goes to the platform default, as on
-    Colab (Drive) and locally.
+    The dataset is what the user attached (`lib.platforms.storage(...).inputs`: /kaggle/input
+    in either Kaggle layout, Drive's train-anywhere/data on Colab): the first such folder
+    holding an IRSTD layout. Not found: /kaggle/input on Kaggle (whose error then says what
+    was expected), else `default`. The sample goes to `default` (scratch): inputs are
+    read-only.
     """
-    return KAGGLE_INPUT if runtime == "kaggle" and not sample else default
+    roles = storage(runtime)
+    if sample or not roles.inputs:
+        return default
+    for root in [*input_roots(runtime), *roles.inputs]:
+        try:
+            find_layout(root)
+            return root
+        except (DataNotFound, DataError):
+            continue
+    return roles.inputs[0] if runtime == "kaggle" else default
 
 
 @dataclass

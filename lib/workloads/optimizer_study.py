@@ -36,6 +36,7 @@ from lib.optim import (
 from lib.platforms import PLATFORMS
 from lib.plots import image_grid
 from lib.progress import format_hours
+from lib.run import STOPPED
 from lib.session import Session
 from lib.study import GridCell, finish_run, plan_runs, read_marker, run_status
 from lib.train import Task
@@ -219,6 +220,8 @@ def train_grid(s: Session) -> list[dict]:
         # training labels is cheap next to a run
         realised = datasets(rs)[2]["realised_noise"]
         history = launch(train, rs)
+        if (rs.out_dir / STOPPED).exists():  # stopped before the session limit: unfinished,
+            break  # so no DONE.json; the next session resumes it (the loop said how)
         if s.dist.main:
             rows.append(finish_run(s.out_dir, spec, history, realised_noise=realised, lr=lr,
                                    weight_decay=weight_decay))

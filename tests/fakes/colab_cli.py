@@ -4,7 +4,9 @@ It records every call (JSON lines in $COLAB_FAKE_LOG), refuses any option that t
 CLI's `--help` (snapshots in colab_help/, from google-colab-cli 0.7.5) does not list, and
 plays a VM per session in $COLAB_FAKE_VMS/<session>/ whose /content is a local folder:
 `exec -f X.ipynb` runs the notebook through papermill and writes X_output.ipynb as the real
-CLI does; `exec -f X.py` runs the script; `download` copies; `stop` deletes the VM.
+CLI does; `exec -f X.py` runs the script; `download` and `upload` copy; `stop` deletes the VM.
+$COLAB_FAKE_LIMITS (a JSON list, one value per `new`, in order) is the session limit each VM's
+notebooks run under (TA_SESSION_HOURS): a stand-in for a training longer than a VM lives.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 HELP = Path(__file__).resolve().parent / "colab_help"
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("new", "exec", "download", "stop")
+COMMANDS = ("new", "exec", "download", "upload", "stop")
 
 
 def options(command: str) -> set[str]:
@@ -78,6 +80,12 @@ def main(argv: list[str]) -> int:
             return 1
         content.mkdir(parents=True)
         (home / "gpu").write_text(flags.get("--gpu", "CPU"))
+        limits = json.loads(os.environ.get("COLAB_FAKE_LIMITS", "[]"))
+        used = Path(os.environ["COLAB_FAKE_LOG"]).with_suffix(".vms-started")
+        n = int(used.read_text()) if used.exists() else 0
+        used.write_text(str(n + 1))
+        if n < len(limits) and limits[n]:
+            (home / "limit").write_text(repr(limits[n]))
         print(f"[colab] Created session {home.name}")
         return 0
     if not home.exists():
@@ -89,11 +97,16 @@ def main(argv: list[str]) -> int:
     if command == "download":
         shutil.copy(remote(pos[0], content), pos[1])
         return 0
+    if command == "upload":
+        shutil.copy(pos[0], remote(pos[1], content))
+        return 0
     file = flags.get("-f") or flags.get("--file")
     text = Path(file).read_text().replace("/content", str(content))
     run = home / Path(file).name
     run.write_text(text)
     env = {**os.environ, **json.loads(os.environ.get("COLAB_FAKE_ENV", "{}"))}
+    if (home / "limit").exists():
+        env["TA_SESSION_HOURS"] = (home / "limit").read_text()
     if file.endswith(".ipynb"):
         output = os.path.splitext(file)[0] + "_output.ipynb"
         subprocess.run([sys.executable, "-m", "papermill", str(run), output, "--cwd", str(ROOT),

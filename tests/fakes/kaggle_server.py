@@ -6,6 +6,17 @@ KAGGLE_API_ENVIRONMENT=TEST. This server checks the request bodies the client re
 locally through papermill (its /kaggle/working folder mapped to a temp folder, the kernel
 in the repository as the bootstrap cell expects) and serves its files as the kernel's
 output. Bound to 127.0.0.1 only; stopped by the test.
+
+Like Kaggle (../../shared/reference/sessions.md, kaggle.com/docs/notebooks):
+- each version starts with an empty /kaggle/working; the kernel runs as a batch session
+  (KAGGLE_KERNEL_RUN_TYPE=Batch) with /kaggle at the kernel's folder (TA_KAGGLE_ROOT);
+- `kernelDataSources` ("owner/slug", kaggle-cli's `kernel_sources`) mounts that kernel's
+  latest output, read-only, at /kaggle/input/notebooks/<owner>/<slug>/;
+- `sessionTimeoutSeconds` ends a kernel still running after that long: ERROR, and its
+  output is not kept (a version killed at the limit keeps none);
+- `ListKernelSessionOutput` pages (`pageSize`, `pageToken` -> `nextPageToken`).
+`session_hours` (one value per push, in order) is the session limit each pushed kernel
+runs under (TA_SESSION_HOURS): a stand-in for a training longer than Kaggle's 12 h.
 """
 
 from __future__ import annotations
@@ -13,6 +24,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -25,18 +38,28 @@ ROOT = Path(__file__).resolve().parents[2]
 PORT = 7777  # kagglesdk's KaggleEnv.TEST endpoint
 PREFIX = "/api/v1/kernels.KernelsApiService/"
 WORKING = "/kaggle/working"
+PAGE = 5  # files per output page at most: small, so a run's output spans several pages
 
 
 class Kernel:
-    def __init__(self, slug: str, workdir: Path):
-        self.slug, self.workdir = slug, workdir
+    def __init__(self, slug: str, workdir: Path, timeout_s: float | None = None):
+        self.slug, self.workdir, self.timeout_s = slug, workdir, timeout_s
         self.proc: subprocess.Popen | None = None
         self.failure: str | None = None
+        self.started = time.monotonic()
 
     def status(self) -> str:
         if self.proc is None:
             return "QUEUED"
         rc = self.proc.poll()
+        if rc is None and self.timeout_s and time.monotonic() - self.started > self.timeout_s:
+            self.proc.kill()
+            self.proc.wait()
+            shutil.rmtree(self.workdir / "working", ignore_errors=True)  # no output kept
+            self.failure = f"the session timed out after {self.timeout_s:g} s"
+            return "ERROR"
+        if self.failure:
+            return "ERROR"
         if rc is None:
             return "RUNNING"
         if rc != 0:
@@ -49,7 +72,8 @@ class Kernel:
 class FakeKaggle(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, root: Path, env: dict | None = None, wait_s: float = 900.0):
+    def __init__(self, root: Path, env: dict | None = None, wait_s: float = 900.0,
+                 session_hours: list | None = None):
         # The client's TEST endpoint is one fixed port: tests in parallel workers take turns.
         deadline = time.monotonic() + wait_s
         while True:
@@ -61,6 +85,7 @@ class FakeKaggle(ThreadingHTTPServer):
                     raise
                 time.sleep(1.0)
         self.root, self.env = Path(root), env or {}
+        self.session_hours = list(session_hours or [])
         self.kernels: dict[str, Kernel] = {}
         self.requests: list[tuple[str, dict, str]] = []  # (endpoint, body, Authorization)
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
@@ -90,19 +115,44 @@ class FakeKaggle(ThreadingHTTPServer):
                    for c in nb["cells"]):
             return 400, {"code": 400, "message": "no injected-parameters cell"}
         workdir = self.root / slug
-        workdir.mkdir(parents=True, exist_ok=True)
+        for old in ("working", "input"):  # a new version starts empty
+            if (workdir / old).exists():
+                for p in (workdir / old).rglob("*"):
+                    p.chmod(p.stat().st_mode | stat.S_IWUSR)
+                shutil.rmtree(workdir / old)
+        (workdir / "working").mkdir(parents=True)
+        for source in body.get("kernelDataSources") or []:
+            if source not in self.kernels:
+                return 400, {"code": 400, "message": f"kernel source {source!r} not found"}
+            self._mount(self.kernels[source], workdir / "input" / "notebooks" / source)
         text = body["text"].replace(WORKING, str(workdir / "working"))
         (workdir / "notebook.ipynb").write_text(text)
-        kernel = self.kernels[f"{owner}/{slug}"] = Kernel(slug, workdir)
+        kernel = Kernel(slug, workdir, body.get("sessionTimeoutSeconds"))
+        self.kernels[f"{owner}/{slug}"] = kernel
+        env = {**os.environ, **self.env, "KAGGLE_KERNEL_RUN_TYPE": "Batch",
+               "TA_KAGGLE_ROOT": str(workdir)}
+        if self.session_hours:
+            limit = self.session_hours.pop(0)
+            if limit:
+                env["TA_SESSION_HOURS"] = repr(limit)
         with open(workdir / "papermill.log", "wb") as log:
             kernel.proc = subprocess.Popen(
                 [sys.executable, "-m", "papermill", str(workdir / "notebook.ipynb"),
                  str(workdir / "executed.ipynb"), "--cwd", str(ROOT), "-k", "python3"],
-                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+                stdout=log, stderr=subprocess.STDOUT, env=env)
         version = sum(1 for e, b, _ in self.requests if e == "SaveKernel"
                       and b.get("slug") == body["slug"])
         return 200, {"ref": f"/code/{owner}/{slug}", "url": f"http://localhost:{PORT}/code/"
                      f"{owner}/{slug}", "versionNumber": version}
+
+    @staticmethod
+    def _mount(source: Kernel, target: Path) -> None:
+        """The source kernel's latest output, read-only, where Kaggle mounts it."""
+        if (source.workdir / "working").is_dir():
+            shutil.copytree(source.workdir / "working", target)
+        target.mkdir(parents=True, exist_ok=True)
+        for p in [target, *target.rglob("*")]:
+            p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
     def _kernel(self, body: dict) -> Kernel | None:
         return self.kernels.get(f"{body.get('userName')}/{body.get('kernelSlug')}")
@@ -124,7 +174,12 @@ class FakeKaggle(ThreadingHTTPServer):
                   "url": f"http://localhost:{PORT}/files/{kernel.slug}/"
                          f"{quote(str(p.relative_to(working)))}"}
                  for p in sorted(working.rglob("*")) if p.is_file()]
-        return 200, {"files": files, "log": (kernel.workdir / "papermill.log").read_text()}
+        start = int(body.get("pageToken") or 0)
+        size = min(int(body.get("pageSize") or 20), PAGE)
+        page = files[start:start + size]
+        more = {"nextPageToken": str(start + size)} if start + size < len(files) else {}
+        return 200, {"files": page, "log": (kernel.workdir / "papermill.log").read_text(),
+                     **more}
 
 
 class Handler(BaseHTTPRequestHandler):
