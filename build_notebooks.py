@@ -52,6 +52,17 @@ KAGGLE_SHAPES = {
     "kaggle_tpu": ("TpuV5E8", "tpuV5e8"),
 }
 COLAB_GPU = {"colab_t4": ("GPU", "T4"), "colab_tpu": ("TPU", "V5E1")}
+# The other clouds' badges (lib/clouds.py). Studio Lab: the GitHub blob URL under
+# /import/github/ (aws/studio-lab-examples: open-in-studio-lab/README.md); Paperspace:
+# "Run on Gradient", github.com -> console.paperspace.com/github (docs.digitalocean.com/
+# products/paperspace/notebooks/how-to/add-run-on-gradient/). Paid SageMaker has none: its
+# README steps clone the repository in JupyterLab.
+CLOUD_BADGES = {
+    "studiolab": ("Open In SageMaker Studio Lab", "https://studiolab.sagemaker.aws/studiolab.svg",
+                  "https://studiolab.sagemaker.aws/import/github/{repository}/blob/{branch}/{path}"),
+    "paperspace": ("Run on Gradient", "https://assets.paperspace.io/img/gradient-badge.svg",
+                   "https://console.paperspace.com/github/{repository}/blob/{branch}/{path}"),
+}
 _PLATFORM_LINE = re.compile(r"^PLATFORM = .*$", re.MULTILINE)
 
 
@@ -72,6 +83,8 @@ def open_link(platform: Platform, cfg: dict, path: str) -> str | None:
         return f"https://colab.research.google.com/github/{cfg['repository']}/blob/{cfg['branch']}/{path}"
     if platform.runtime == "kaggle":
         return f"https://kaggle.com/kernels/welcome?src={blob_url(cfg, path)}"
+    if platform.runtime in CLOUD_BADGES:
+        return CLOUD_BADGES[platform.runtime][2].format(**cfg, path=path)
     return None
 
 
@@ -79,6 +92,9 @@ def badge(platform: Platform, cfg: dict, path: str) -> str:
     link = open_link(platform, cfg, path)
     if link is None:
         return f"[{platform.title}]({path})"
+    if platform.runtime in CLOUD_BADGES:
+        verb, image, _ = CLOUD_BADGES[platform.runtime]
+        return f"[![{verb}]({image})]({link})"
     image = COLAB_BADGE if platform.runtime == "colab" else KAGGLE_BADGE
     verb = "Open in Colab" if platform.runtime == "colab" else "Open in Kaggle"
     return f"[![{verb}]({image})]({link})"
@@ -267,7 +283,8 @@ def kernel_metadata(workload: str, platform: Platform, cfg: dict) -> str:
     return json.dumps(meta, indent=2) + "\n"
 
 
-BADGE_ORDER = ("colab", "kaggle", "local")  # the badge table's columns: hosted ones first
+# the badge table's columns: hosted ones first
+BADGE_ORDER = ("colab", "kaggle", "studiolab", "sagemaker", "paperspace", "local")
 
 
 def badge_table(workloads: list[str], cfg: dict) -> str:

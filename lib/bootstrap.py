@@ -1,9 +1,11 @@
 """What a notebook's generated bootstrap cell calls once the project is on `sys.path`.
 
-On Colab and Kaggle: install only the packages the runtime lacks (never torch, which the
-runtime ships and a reinstall would break) and, on Colab, mount Drive so checkpoints survive
-a disconnect. Locally and in CI: nothing but the MPS fallback switch. This module must not
-import torch: `PYTORCH_ENABLE_MPS_FALLBACK` only works if set before torch is imported.
+On Colab, Kaggle, Studio Lab, SageMaker and Paperspace: install only the packages the runtime
+lacks (never torch, which the runtime ships and a reinstall would break) and, on Colab, mount
+Drive so checkpoints survive a disconnect. A Python or torch too old for the project stops
+with one line that names the fix on that service (`python_problem`, `torch_problem`).
+Locally and in CI: nothing but the MPS fallback switch. This module must not import torch:
+`PYTORCH_ENABLE_MPS_FALLBACK` only works if set before torch is imported.
 """
 
 from __future__ import annotations
@@ -17,7 +19,47 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lib.platforms import DRIVE_ENV, detect_runtime, drive_mounted, drive_root, get_platform
+from lib import clouds
+from lib.errors import UserError
+
+# --- Too old for this project: checked first, before a module that needs 3.11 is imported ---
+MIN_PYTHON = (3, 11)  # tomllib, and what the lanes test (pyproject: requires-python)
+# torch.amp.GradScaler(device) (lib/train.py) is the device-generic class of torch >= 2.3
+# (the CUDA-only one was deprecated in pytorch/pytorch#126527, 2024-05).
+MIN_TORCH = (2, 3)
+
+
+class EnvironmentTooOld(UserError, RuntimeError):
+    """This kernel's Python or torch is older than the project needs."""
+
+
+def python_problem(version: tuple[int, int], environ=os.environ) -> str | None:
+    """One line when `version` is below MIN_PYTHON: which, and the fix on this service."""
+    if tuple(version[:2]) >= MIN_PYTHON:
+        return None
+    have, need = ".".join(map(str, version[:2])), ".".join(map(str, MIN_PYTHON))
+    if clouds.detect(environ) == "studiolab":  # its old `default` env is Python 3.9
+        fix = ("build the environment of environment.yml at the repository root (Studio Lab "
+               "offers it when you clone the whole repository; or in a terminal `conda env "
+               "create -f environment.yml`), then Kernel > Change Kernel > train-anywhere")
+    else:
+        fix = ("switch the kernel to a Python 3.11+ one (SageMaker: the sagemaker-distribution "
+               "image; elsewhere `conda env create -f environment.yml` at the repository root)")
+    return f"this kernel runs Python {have}, the project needs {need} or newer; fix: {fix}."
+
+
+if problem := python_problem(sys.version_info[:2]):
+    raise EnvironmentTooOld(problem)
+
+from lib.platforms import (  # noqa: E402
+    DRIVE_ENV,
+    detect_runtime,
+    drive_mounted,
+    drive_root,
+    get_platform,
+)
+
+# --- end of the too-old checks' first half (torch: `torch_problem`, called by `prepare`) ---
 
 # import name -> pip requirement; torch, torchvision and torch_xla are the runtime's own.
 REQUIREMENTS = {
@@ -158,6 +200,31 @@ def tested_image_note(platform_name: str, root: Path, version=importlib.metadata
             "fails, that is the first suspect (README: Platforms as tested)")
 
 
+def torch_problem(runtime: str, version=importlib.metadata.version) -> str | None:
+    """One line when torch is missing or older than MIN_TORCH, with this runtime's fix (read
+    without importing torch: an old one may fail on import already)."""
+    try:
+        have = version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        have = None
+    if have is not None:
+        parts = have.split("+")[0].split(".")
+        if (int(parts[0]), int(parts[1])) >= MIN_TORCH:
+            return None
+    need = ".".join(map(str, MIN_TORCH))
+    if runtime == "paperspace":  # its default image ships torch 2.1.1 (more-clouds.md, 3)
+        # cu126 keeps kernels for its M4000 / P4000 (sm_52 / sm_61) as for an RTX or A4000
+        fix = ('`pip install "torch==2.14.1" "torchvision==0.29.1" --index-url '
+               "https://download.pytorch.org/whl/cu126`, then Kernel > Restart Kernel")
+    elif runtime == "studiolab":
+        fix = ("use the train-anywhere kernel built from environment.yml (Kernel > Change "
+               "Kernel), or `%pip install torch torchvision` and restart the kernel")
+    else:
+        fix = '`%pip install -U torch torchvision` and restart the kernel'
+    what = f"torch {have}" if have else "no torch"
+    return f"this kernel has {what}; the project needs torch {need} or newer; fix: {fix}."
+
+
 def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
     """Set up this runtime for a `platform_name` notebook; returns the runtime detected."""
     platform = get_platform(platform_name)
@@ -167,13 +234,16 @@ def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
         environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
         print("bootstrap: PYTORCH_ENABLE_MPS_FALLBACK=1 (ops missing on MPS run on the CPU)")
     runtime = detect_runtime(environ)
-    if runtime in ("colab", "kaggle"):
+    if runtime != "local" and (problem := torch_problem(runtime)):
+        raise EnvironmentTooOld(problem)  # before pip adds packages beside a torch to replace
+    if runtime in ("colab", "kaggle", *clouds.RUNTIMES):
         install_missing(lock=image_lock(platform_name, root))
     if runtime == "colab":
         print(drive_line(environ))
     if platform.accelerator == "xla" and (problem := xla_version_problem()):
         raise RuntimeError(problem)
-    if runtime in ("colab", "kaggle") and (note := tested_image_note(platform_name, root)):
+    hosted = ("colab", "kaggle", *clouds.RUNTIMES)
+    if runtime in hosted and (note := tested_image_note(platform_name, root)):
         print(note)
     print(f"bootstrap: {platform.title} notebook on the {runtime} runtime, project at {root}")
     return runtime

@@ -22,6 +22,22 @@ __all__ = ["DEVICE_CHOICES", "DeviceError", "choose_device"]
 
 DEVICE_ENV = "TA_DEVICE"  # overrides the notebook's DEVICE, e.g. TA_DEVICE=cpu
 NO_CUDA_ENV, NO_MPS_ENV = "NO_CUDA", "NO_MPS"  # the familiar switches, as env vars
+SHM = "/dev/shm"
+# DataLoader workers hand batches over through /dev/shm (prefetch_factor 2 per worker); the
+# largest here, Mamba-Spike's T4 batch (16 x 300 frames x 2 x 34 x 34 fp32), is 44 MB, so
+# 256 MB per worker is about 3x margin. A container's 64 MB default ends in "DataLoader
+# worker ... killed by signal: Bus error" (pytorch/pytorch#5040, sagemaker-python-sdk#937).
+SHM_PER_WORKER = 256 * 2**20
+# A torch build with Maxwell (sm_52), Pascal (sm_6x) and Volta (sm_70) kernels: the cu126
+# wheels keep them (cu128+ dropped Volta in torch 2.11, Pascal earlier; platforms.md).
+OLD_GPU_TORCH = ('`pip install "torch==2.14.1" "torchvision==0.29.1" --index-url '
+                 'https://download.pytorch.org/whl/cu126`')
+# What else a user of each runtime can do when torch has no kernels for its GPU.
+OTHER_GPU = {
+    "kaggle": 'switch the accelerator to "GPU T4 x2"',
+    "sagemaker": "move to an ml.g4dn (T4) or ml.g5 (A10G) instance",
+    "paperspace": "start the notebook on an RTX or Ampere machine (e.g. A4000)",
+}
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,7 @@ class Probe:
     xla_installed: bool = False
     xla_device_type: str = ""  # "TPU", "CPU", ... or "" when not asked / unavailable
     torch_version: str = torch.__version__
+    shm_free: int | None = None  # bytes free in /dev/shm; None: unknown (not Linux)
 
 
 def probe(ask_xla: bool = False, environ=os.environ) -> Probe:
@@ -61,7 +78,26 @@ def probe(ask_xla: bool = False, environ=os.environ) -> Probe:
         mps=bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()),
         xla_installed=xla_installed,
         xla_device_type=xla_type,
+        shm_free=shm_free_bytes(),
     )
+
+
+def shm_free_bytes(path: str = SHM) -> int | None:
+    """Free bytes in `path` (/dev/shm), or None where there is none (macOS)."""
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def shm_workers(wanted: int, free: int | None) -> tuple[int, str]:
+    """(DataLoader workers that free /dev/shm holds, one line when it cut them, else "")."""
+    if not wanted or free is None or free >= wanted * SHM_PER_WORKER:
+        return wanted, ""
+    workers = int(free // SHM_PER_WORKER)
+    return workers, (f"{SHM} has {free / 2**20:.0f} MB free: DataLoader workers {wanted} -> "
+                     f"{workers} (each needs about {SHM_PER_WORKER // 2**20} MB there; fewer "
+                     "would die with 'Bus error')")
 
 
 @dataclass(frozen=True)
@@ -112,11 +148,12 @@ def _version_at_least(version: str, major: int, minor: int) -> bool:
     return (int(parts[0]), int(parts[1])) >= (major, minor)
 
 
-def cuda_preflight(p: Probe) -> None:
+def cuda_preflight(p: Probe, platform: Platform | None = None) -> None:
     """Fail before the first kernel when torch has no kernels for this GPU's architecture.
 
     Kaggle's P100 (sm_60) under a CUDA 12.8+ torch build is the common case: CUDA reports
-    available, and the first kernel dies with "no kernel image is available".
+    available, and the first kernel dies with "no kernel image is available". So are
+    SageMaker's V100 (ml.p3, sm_70) and Paperspace's M4000 / P4000 (sm_52 / sm_61).
     """
     if not p.cuda or not p.arch_list:
         return
@@ -127,13 +164,13 @@ def cuda_preflight(p: Probe) -> None:
     ptx = [a.split("_")[1] for a in p.arch_list if a.startswith("compute_")]
     if sm in sms or any(int(c) <= major * 10 + minor for c in ptx):
         return
+    runtime = platform.runtime if platform else "kaggle"
+    other = OTHER_GPU.get(runtime, "use a GPU of sm_75 or newer")
     raise DeviceError(
         f"{p.cuda_name} is {sm}, but this torch {p.torch_version} was built for "
         f"{', '.join(sorted(sms))} only, so every CUDA kernel would fail with 'no kernel image "
-        "is available'. Fix: install a torch build with Pascal kernels, e.g. "
-        '`pip install "torch==2.14.1" "torchvision==0.29.1" --index-url '
-        'https://download.pytorch.org/whl/cu126` and restart the kernel, or switch the '
-        'accelerator to "GPU T4 x2", or set DEVICE = "cpu".'
+        f"is available'. Fix: install a torch build with {sm} kernels, e.g. {OLD_GPU_TORCH} "
+        f"and restart the kernel, or {other}, or set DEVICE = \"cpu\"."
     )
 
 
@@ -280,20 +317,21 @@ def choose_device(
             )
         reason = f"requested by {source}"
     if kind == "cuda":
-        cuda_preflight(p)
+        cuda_preflight(p, platform)
     tf32 = kind == "cuda" and p.capability >= (8, 0)
     if real and tf32:  # Ampere+: fp32 matmuls/convolutions outside autocast use TF32 cores
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     compiles, compile_note = compile_support(kind, p)
+    # A CPU fallback run is a smoke/CI run: worker processes only add start-up time there.
+    workers, shm_note = shm_workers(platform.num_workers if kind != "cpu" else 0, p.shm_free)
     return DeviceChoice(
         type=kind,
         reason=reason,
         precision=choose_precision(kind, p),
         pin_memory=kind == "cuda",  # pinning warns on MPS and does nothing for XLA/CPU
-        # A CPU fallback run is a smoke/CI run: worker processes only add start-up time there.
-        num_workers=platform.num_workers if kind != "cpu" else 0,
-        notes=_device_notes(kind, p, platform),
+        num_workers=workers,
+        notes=_device_notes(kind, p, platform) + ((shm_note,) if shm_note else ()),
         where=_where(kind, p),
         tf32=tf32,
         compile_ok=compiles,

@@ -31,6 +31,11 @@ _BATCH = {
 # Multi-device platforms share the single-device tables per device.
 _BATCH["kaggle_t4x2"] = dict(_BATCH["colab_t4"])
 _BATCH["kaggle_tpu"] = dict(_BATCH["colab_tpu"])
+# The other clouds (lib/clouds.py): Studio Lab and SageMaker's default GPU are T4s (16 GB);
+# Paperspace's free GPUs have 8 GB (M4000, P4000, RTX4000): half the T4 batches.
+_BATCH["studiolab_t4"] = dict(_BATCH["colab_t4"])
+_BATCH["sagemaker_gpu"] = dict(_BATCH["colab_t4"])
+_BATCH["paperspace_gpu"] = {"fashion_mnist": 128, "mamba_spike": 8, "mshnet": 4}
 
 DEVICE_CHOICES = ("auto", "cuda", "xla", "mps", "cpu")  # DEVICE: "auto" or a device kind
 DRIVE_MOUNT_ENV = "TA_COLAB_DRIVE"  # where Drive is mounted; tests point it at a temp dir
@@ -48,7 +53,7 @@ class Platform:
 
     name: str
     title: str
-    runtime: str  # "colab" | "kaggle" | "local"
+    runtime: str  # "colab" | "kaggle" | "local" | lib.clouds.RUNTIMES
     accelerator: str  # "cuda" | "xla" | "mps"
     gpu: str  # marketing name shown to users, e.g. "Tesla T4"
     session_hours: float | None  # hard session limit, for the ETA warning
@@ -86,6 +91,17 @@ PLATFORMS: dict[str, Platform] = {
                  devices=2, batch_sizes=_BATCH["kaggle_t4x2"]),
         Platform("kaggle_tpu", "Kaggle TPU v5e-8", "kaggle", "xla", "TPU v5e-8", 9.0, 2,
                  devices=8, batch_sizes=_BATCH["kaggle_tpu"]),
+        # The other clouds (lib/clouds.py; facts and sources in its docstring). Studio Lab:
+        # 4-hour GPU sessions (AWS docs, studio-lab-overview.md). SageMaker: billed, no limit
+        # (an admin's idle shutdown only); ml.g4dn.xlarge (T4) is its default GPU type.
+        # Paperspace: free machines shut down after 6 h (its docs; a 2026 price list says 12).
+        Platform("studiolab_t4", "SageMaker Studio Lab", "studiolab", "cuda", "Tesla T4", 4.0,
+                 2, batch_sizes=_BATCH["studiolab_t4"]),
+        Platform("sagemaker_gpu", "SageMaker Studio / notebook instance", "sagemaker", "cuda",
+                 "Tesla T4", None, 2, batch_sizes=_BATCH["sagemaker_gpu"]),
+        Platform("paperspace_gpu", "Paperspace Notebooks", "paperspace", "cuda", "Quadro P4000",
+                 6.0, 2, batch_sizes=_BATCH["paperspace_gpu"],
+                 status="free GPUs of 8 GB vary"),
     ]
 }
 
@@ -110,14 +126,17 @@ def get_platform(name: str) -> Platform:
 
 
 def detect_runtime(environ: dict | None = None, modules: dict | None = None) -> str:
-    """Which hosted runtime this process is in: "colab", "kaggle" or "local"."""
+    """Which hosted runtime this process is in: "colab", "kaggle", one of `lib.clouds`
+    ("studiolab", "sagemaker", "paperspace") or "local"."""
     environ = os.environ if environ is None else environ
     modules = sys.modules if modules is None else modules
     if "google.colab" in modules or "COLAB_RELEASE_TAG" in environ:
         return "colab"
     if "KAGGLE_KERNEL_RUN_TYPE" in environ:
         return "kaggle"
-    return "local"
+    from lib import clouds  # Studio Lab, SageMaker, Paperspace
+
+    return clouds.detect(environ) or "local"
 
 
 def kaggle_root() -> Path:
@@ -176,6 +195,12 @@ def storage(runtime: str) -> Storage:
                                   "(Add Input -> Notebook Output -> this notebook); an "
                                   "interactive session keeps /kaggle/working only with "
                                   "Persistence set to Files", session_bound=True)
+    from lib import clouds
+
+    if runtime in clouds.RUNTIMES:  # Studio Lab, SageMaker, Paperspace: all on what persists
+        roles = clouds.storage(runtime)
+        return Storage(roles.scratch, roles.durable, keeps=roles.keeps,
+                       carry_over=roles.carry_over)
     return Storage(Path("data"), Path("runs"),
                    carry_over="re-run the notebook: it resumes from the run folder")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from lib import compile, experiment
+from lib import clouds, compile, experiment
 from lib.clock import Clock
 from lib.config import RunConfig
 from lib.data.common import make_loader
@@ -186,6 +186,7 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
     if cfg.seed is not None:  # None: a grid whose runs each bring their own seed
         torch.manual_seed(cfg.seed)
     data_dir, out_dir = cfg.paths(runtime)
+    clouds.check_out_dir(out_dir, runtime)  # Paperspace reserves `checkpoints` in /notebooks
     roles = storage(runtime)
     clock = _clock(platform, runtime, dist)
     batch = cfg.resolved_batch_size()

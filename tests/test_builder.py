@@ -111,7 +111,26 @@ def test_badges_point_at_the_configured_fork():
     assert table.count("open-in-kaggle.svg") == runtimes.count("kaggle") >= 3
     head = [p.runtime for title in table.splitlines()[0].split(" | ")[1:]
             for p in PLATFORMS.values() if p.title == title.strip(" |")]
-    assert head == sorted(head, key=["colab", "kaggle", "local"].index), head
+    order = ["colab", "kaggle", "studiolab", "sagemaker", "paperspace", "local"]
+    assert head == sorted(head, key=order.index), head
+    assert head[-1] == "local" and "sagemaker" in head, head
+
+
+def test_the_other_clouds_badges_open_the_fork():
+    """Studio Lab imports the GitHub blob URL; Paperspace's "Run on Gradient" reads github.com
+    as console.paperspace.com/github; paid SageMaker has no badge: a link to the file."""
+    lab = rendered("studiolab_t4").cells[0].source
+    assert ("[![Open In SageMaker Studio Lab](https://studiolab.sagemaker.aws/studiolab.svg)]"
+            "(https://studiolab.sagemaker.aws/import/github/someone/fork/blob/dev/notebooks/"
+            "studiolab_t4/fashion_mnist.ipynb)") in lab
+    gradient = rendered("paperspace_gpu").cells[0].source
+    assert ("[![Run on Gradient](https://assets.paperspace.io/img/gradient-badge.svg)]"
+            "(https://console.paperspace.com/github/someone/fork/blob/dev/notebooks/"
+            "paperspace_gpu/fashion_mnist.ipynb)") in gradient
+    paid = rendered("sagemaker_gpu").cells[0].source
+    assert paid.startswith("[SageMaker Studio / notebook instance](notebooks/sagemaker_gpu/")
+    table = bn.badge_table(["fashion_mnist"], CFG)
+    assert table.count("studiolab.svg") == table.count("gradient-badge.svg") == 1
 
 
 def test_rendering_is_byte_stable():

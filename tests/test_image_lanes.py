@@ -27,6 +27,7 @@ from lib import workloads
 from lib.metrics import read_jsonl
 from lib.platforms import PLATFORMS
 from tests import lanes
+from tests.cloud_standins import SERVICES
 from tests.notebook_run import FAKES, ROOT, stream_text
 from tests.served_repo import ServedRepo
 
@@ -42,7 +43,7 @@ WORKLOADS = sorted(p.stem for p in (ROOT / "notebooks_src").glob("*.py"))
 PARAMETERS = {w: workloads.get(w).tiny for w in WORKLOADS}
 CASES = [pytest.param(image, platform, workload, id=f"{image}-{platform}-{workload}")
          for image, spec in RUN.items() for platform in spec["platforms"]
-         for workload in WORKLOADS]
+         for workload in spec.get("workloads", WORKLOADS)]  # a lane may run only some
 
 
 def lane_python(image: str) -> Path:
@@ -55,7 +56,10 @@ def lane_python(image: str) -> Path:
 
 def test_every_platform_is_on_exactly_one_image():
     on = [p for spec in IMAGES.values() for p in spec["platforms"]]
-    assert sorted(on) == sorted(p for p in PLATFORMS if PLATFORMS[p].runtime != "local")
+    # Paperspace's default image (torch 2.1.1) cannot run the project: its notebook stops with
+    # one line (tests/test_clouds.py), and the stand-in covers it after the fix (images.toml).
+    lane_less = ("local", "paperspace")
+    assert sorted(on) == sorted(p for p in PLATFORMS if PLATFORMS[p].runtime not in lane_less)
     assert len(on) == len(set(on))
     assert set(WORKLOADS) == set(PARAMETERS)
 
@@ -88,7 +92,14 @@ def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path)
     env = {**served.env, "JUPYTER_PATH": str(lanes.jupyter_path()), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": ""}
     params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=1, **PARAMETERS[workload])
-    if profile.runtime == "colab":
+    if platform in SERVICES:  # Studio Lab, SageMaker: their stand-ins' folders
+        service = tmp_path / "service"
+        service.mkdir()
+        service_env, content, ours = SERVICES[platform](service)
+        content.mkdir(parents=True, exist_ok=True)
+        env.update(service_env, TA_CLOUD_ROOT=str(service))
+        out_dir = ours / "runs" / workload
+    elif profile.runtime == "colab":
         drive = tmp_path / "drive"
         env.update(PYTHONPATH=str(FAKES), COLAB_RELEASE_TAG="release-colab-lane",
                    TA_COLAB_DRIVE=str(drive), TA_FAKE_COLAB_LOG=str(tmp_path),

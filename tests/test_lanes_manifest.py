@@ -9,7 +9,8 @@ from tests import lanes
 
 def test_every_image_names_its_python_pins_source_and_date():
     images = lanes.images()
-    assert set(images) == {"colab_gpu", "colab_tpu", "kaggle_gpu", "kaggle_tpu"}
+    assert set(images) == {"colab_gpu", "colab_tpu", "kaggle_gpu", "kaggle_tpu",
+                           "sagemaker_distribution"}
     for image in images.values():
         assert image["python"] in ("3.12", "3.13")
         assert {"torch", "torchvision"} <= set(image["pins"])
@@ -24,7 +25,8 @@ def test_a_lane_installs_exactly_the_pins_and_nothing_the_bootstrap_adds():
     assert lanes.requirements(image) == [
         "torch==2.8.0", "torchvision==0.23.0", "torch_xla==2.8.0", "papermill", "ipykernel"]
     bootstrap_only = {r.split(">")[0] for r in REQUIREMENTS.values()} - {
-        "tqdm", "matplotlib", "tensorboard", "einops", "scipy"}  # Colab's image has these
+        "tqdm", "matplotlib", "tensorboard", "einops", "scipy",  # Colab's image has these
+        "ipywidgets"}  # SageMaker Distribution's too (its gpu.env.out: 8.1.9)
     for image in lanes.images().values():
         names = {r.split("==")[0] for r in lanes.requirements(image)}
         assert not names & bootstrap_only, names & bootstrap_only
