@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.bench_gpu import _platform_for, _sync
-from bench.common import load_average, median
+from bench.common import load_average, median, workload_batch
 from lib import compile
 from lib.device import DeviceChoice, choose_device
 from lib.train import Backend
@@ -89,7 +89,7 @@ def default_batch(workload: str, choice: DeviceChoice) -> int | None:
     if choice.type != "cuda":
         return None
     platform = _platform_for(torch.cuda.get_device_name(0))
-    return platform.batch_size(PLATFORM_KEY.get(workload, workload))
+    return workload_batch(PLATFORM_KEY.get(workload, workload), platform.name)
 
 
 def _step(model, opt, x, y, loss_fn, backend: Backend) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench.common import markdown_table, median
+from bench.common import markdown_table, median, workload_batch
 
 NO_GPU = "unmeasured: no GPU"
 # Dense peak TFLOP/s from NVIDIA's datasheets: (fp16/bf16 tensor cores, fp32).
@@ -148,8 +148,8 @@ def run(steps: int = 10, cases: list[StepCase] | None = None) -> dict:
     cases = cases or _cases()
     if not torch.cuda.is_available():
         platform = _platform_for("")
-        rows = [{"workload": c.name, "batch": platform.batch_size(c.key),
-                 "gflop_per_step": step_flops(c, platform.batch_size(c.key)) / 1e9}
+        rows = [{"workload": c.name, "batch": workload_batch(c.key, platform.name),
+                 "gflop_per_step": step_flops(c, workload_batch(c.key, platform.name)) / 1e9}
                 for c in cases]
         return {"status": NO_GPU, "platform": platform.name, "rows": rows}
     name = torch.cuda.get_device_name(0)
@@ -159,8 +159,8 @@ def run(steps: int = 10, cases: list[StepCase] | None = None) -> dict:
     peak = peak_tflops(name, dtype)
     rows = []
     for case in cases:
-        row = measure_step(case, platform.batch_size(case.key), torch.device("cuda"), dtype,
-                           steps)
+        row = measure_step(case, workload_batch(case.key, platform.name), torch.device("cuda"),
+                           dtype, steps)
         row["fraction_of_peak"] = row["achieved_tflops"] / peak if peak else float("nan")
         rows.append(row)
     return {"status": "measured", "gpu": name, "platform": platform.name,

@@ -24,6 +24,13 @@ ROOT = Path(__file__).resolve().parent.parent
 FIGURES = Path(__file__).resolve().parent / "figures"
 
 
+def workload_batch(workload: str, platform: str) -> int:
+    """`workload`'s default batch per device on `platform`, as its notebook would take it."""
+    from lib.workloads import get
+
+    return get(workload).config.default_batch(platform)
+
+
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 

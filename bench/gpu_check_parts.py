@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from bench import gpu_check_work as work
-from bench.common import ROOT, median
+from bench.common import ROOT, median, workload_batch
 
 # Loss over the first steps vs the fp32 run (TF32 off): |loss - loss_fp32| / |loss_fp32|.
 # bf16 keeps 8 mantissa bits (relative rounding 2^-9 = 2e-3 per op) and fp16 11 (5e-4); a
@@ -259,10 +259,9 @@ def step_speed(workload: str, ctx: Ctx) -> list[dict]:
     """bench_gpu's step on synthetic tensors of the real shapes, at the GPU's and T4's
     precision: samples/s, peak memory, fraction of the datasheet peak FLOP/s."""
     from bench.bench_gpu import measure_step, peak_tflops
-    from lib.platforms import get_platform
 
     case = _step_cases(ctx)[workload]
-    batch = 2 if ctx.tiny else get_platform("colab_t4").batch_size(case.key)
+    batch = 2 if ctx.tiny else workload_batch(case.key, "colab_t4")
     name = torch.cuda.get_device_name(0) if ctx.cuda else "CPU"
     rows = []
     for setting in ("native", "fp16"):

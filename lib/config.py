@@ -220,16 +220,23 @@ class RunConfig:
         return ""
 
     def resolved_batch_size(self) -> int:
-        """BATCH_SIZE, else the workload's default for this platform's accelerator."""
+        """BATCH_SIZE, else the workload's default on this platform (`default_batch`)."""
         if self.batch_size is not None:
             return self.batch_size
-        accelerator = PLATFORMS[self.platform].accelerator
-        if accelerator not in self.BATCH_SIZES:
+        return self.default_batch(self.platform)
+
+    @classmethod
+    def default_batch(cls, platform: str) -> int:
+        """The default batch per device on `platform`: BATCH_SIZES for its accelerator, scaled
+        to its GPU's memory (`Platform.batch_scale`)."""
+        profile = PLATFORMS[platform]
+        if profile.accelerator not in cls.BATCH_SIZES:
             raise ConfigError(
-                f"BATCH_SIZE=None, but {self.WORKLOAD} has no default batch for a {accelerator} "
-                f"platform ({self.platform}); set BATCH_SIZE = 32 (or another size), or add "
-                f"{accelerator!r} to BATCH_SIZES in lib/workloads/{self.WORKLOAD}.py.")
-        return self.BATCH_SIZES[accelerator]
+                f"BATCH_SIZE=None, but {cls.WORKLOAD} has no default batch for a "
+                f"{profile.accelerator} platform ({platform}); set BATCH_SIZE = 32 (or another "
+                f"size), or add {profile.accelerator!r} to BATCH_SIZES in "
+                f"lib/workloads/{cls.WORKLOAD}.py.")
+        return max(1, round(cls.BATCH_SIZES[profile.accelerator] * profile.batch_scale))
 
     def paths(self, runtime: str) -> tuple[Path, Path]:
         """(data_dir, out_dir): the parameters if given, else `runtime`'s defaults."""

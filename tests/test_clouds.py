@@ -178,3 +178,15 @@ def test_python_too_old_message_elsewhere_names_the_sagemaker_kernel(tmp_path):
     line = bootstrap.python_problem((3, 10), env(tmp_path, SAGEMAKER_APP_TYPE="JupyterLab"))
     assert "sagemaker-distribution" in line and "3.10" in line
 
+
+
+def test_an_8_gb_gpu_gets_half_the_t4_batch_and_the_study_keeps_its_global_batch():
+    """Paperspace's free GPUs have 8 GB: each workload's default batch is halved there (the
+    workload's own BATCH_SIZES, scaled by the platform), except the optimizer study's 128."""
+    from lib.workloads import get
+
+    for name in ("fashion_mnist", "mshnet", "mamba_spike"):
+        config = get(name).config
+        assert config.default_batch("paperspace_gpu") * 2 == config.default_batch("colab_t4")
+    study = get("optimizer_study").config
+    assert study.default_batch("paperspace_gpu") == study.default_batch("colab_t4") == 128

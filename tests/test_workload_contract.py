@@ -13,10 +13,7 @@ from lib.platforms import PLATFORMS
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = workloads.names()
-# Tables keyed by workload name that another change owns (issue 23: lib/platforms.py's batch
-# table, no longer read by lib/ since each workload's config has BATCH_SIZES; bench/ still
-# reads it). Delete once it is gone.
-PENDING = {"lib/platforms.py"}
+PENDING: set[str] = set()  # no file outside a workload names one
 
 
 def test_workloads_are_found_without_a_list():

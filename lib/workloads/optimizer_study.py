@@ -109,7 +109,13 @@ class OptimizerStudyConfig(RunConfig):
         on a CPU takes a second at 32)."""
         if self.batch_size is not None:
             return self.batch_size
-        return SMOKE_BATCH if self.smoke else GLOBAL_BATCH // PLATFORMS[self.platform].devices
+        return SMOKE_BATCH if self.smoke else self.default_batch(self.platform)
+
+    @classmethod
+    def default_batch(cls, platform: str) -> int:
+        """Each device's share of GLOBAL_BATCH: the optimizers' learning rates are tuned for
+        it, so a T4 run and a TPU run are the same experiment."""
+        return GLOBAL_BATCH // PLATFORMS[platform].devices
 
     def _smoke_grid(self) -> bool:
         """SMOKE with the default grid: train only its first runs (a grid set by hand, e.g.
