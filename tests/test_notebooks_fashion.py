@@ -29,8 +29,11 @@ def check_run(out_dir, epochs=2, record=None):
         learning.record(record, accuracy=[r["test_accuracy"] for r in history])
     assert [r["epoch"] for r in history] == list(range(1, epochs + 1))
     assert all(math.isfinite(r["train_loss"]) and math.isfinite(r["test_loss"]) for r in history)
-    # the synthetic sample is learnable but not trivial: chance is 0.1, 1.0 would be trivial
-    assert 0.1 < history[-1]["test_accuracy"] < 0.9
+    # Not trivial (the old sample scored 1.0). Four smoke steps need not beat chance (0.1) by
+    # much: 0.156-0.25 over seeds 0-3 x three CPU settings (test_notebook_trains_on_the_cpu's
+    # spread), so the floor only says no NaN or collapse; test_the_synthetic_sample_is_learned_
+    # gradually asserts the learning.
+    assert 0.05 < history[-1]["test_accuracy"] < 0.9
     state = torch.load(out_dir / "checkpoints" / "best.pt", map_location="cpu", weights_only=True)
     model = CNN(CNNConfig(**state["model_config"]))
     model.load_state_dict(state["model"])
@@ -46,8 +49,9 @@ def check_run(out_dir, epochs=2, record=None):
 # (tests/test_image_lanes.py) and their rendered differences in tests/test_builder.py.
 @pytest.mark.parametrize("platform", ["local_mps"])
 def test_notebook_trains_on_the_cpu(platform, tmp_path):
-    """Two smoke epochs; check_run's band (0.1 < accuracy < 0.9) over seeds 0-4 x three CPU
-    settings (bench.bench_learning -k fashion_smoke): SPREAD_FASHION_SMOKE."""
+    """Two smoke epochs; check_run's band. Spread over seeds 0-3 x three CPU settings (one and
+    two threads, AVX2 kernels; `python -m bench.bench_learning -k fashion_smoke`): test
+    accuracy 0.156-0.25 in both epochs."""
     nb = execute("fashion_mnist", platform, tmp_path, DATA_DIR=str(tmp_path / "data"),
                  OUT_DIR=str(tmp_path / "run"), SEED=learning.seed(1), **SMOKE)
     history = check_run(tmp_path / "run", record="fashion_smoke")
@@ -68,7 +72,8 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
 
 def test_the_synthetic_sample_is_learned_gradually(tmp_path):
     """Not 1.0 after one epoch (the old sample was), and rising with training. Spread over
-    seeds 0-4 x three CPU settings (bench.bench_learning -k fashion_gradual): SPREAD_FASHION."""
+    seeds 0-3 x three CPU settings (`python -m bench.bench_learning -k fashion_gradual`): first
+    epoch 0.156-0.287 (asserted < 0.6), gain by the fifth 0.291-0.412 (asserted > 0.1)."""
     nb = execute("fashion_mnist", "local_mps", tmp_path, DATA_DIR=str(tmp_path / "data"),
                  OUT_DIR=str(tmp_path / "run"), SEED=learning.seed(1),
                  **dict(SMOKE, EPOCHS=5, SMOKE_BATCHES=10))
