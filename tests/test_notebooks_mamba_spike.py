@@ -112,14 +112,17 @@ def test_notebook_trains_on_the_cpu(platform, dataset, tmp_path):
 def test_the_sample_is_learned_and_a_rerun_only_reads(tmp_path):
     """N-MNIST sample, 6 epochs of the whole training set (chance is 10%): learned gradually,
     not after one epoch (the old sample scored 1.0 by the third); running the notebook again
-    frames nothing (the cache is warm) and leaves the finished run alone."""
+    frames nothing (the cache is warm) and leaves the finished run alone. Spread over seeds
+    0-2 x three CPU settings (one and two threads, AVX2 kernels; `python -m
+    bench.bench_learning -k mamba`): first epoch 0.15-0.35, best 0.55-0.70, gain 0.30-0.45 (20
+    test recordings: one is 0.05)."""
     changes = dict(EPOCHS=6, SMOKE_BATCHES=10, D_MODEL=32, SEED=learning.seed(1))
     run("local_mps", "nmnist", tmp_path, **changes)
     history = check_run(tmp_path / "run", epochs=6)
     accuracy = [r["test_accuracy"] for r in history]
     learning.record("mamba_spike", first=accuracy[0], best=max(accuracy),
                     gain=accuracy[-1] - accuracy[0])
-    assert accuracy[0] < 0.5 and max(accuracy) >= 0.5, accuracy
+    assert accuracy[0] < 0.5 and max(accuracy) >= 0.4, accuracy  # chance 0.1
     assert accuracy[-1] >= accuracy[0] + 0.2 and max(accuracy) < 1.0, accuracy
     text = stream_text(run("local_mps", "nmnist", tmp_path, **changes))
     assert "; 0 recordings framed into" in text
