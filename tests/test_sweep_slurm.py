@@ -112,14 +112,14 @@ def test_sweep_runs_as_one_array_and_is_quiet(slurm, tmp_path):
 
 
 def test_cell_killed_at_its_time_limit_requeues_and_finishes(cluster, tmp_path):
-    """--time 1 (minute) on a cell that needs more (40 smoke epochs: ~1.3 s each on an idle
-    2-core machine, several times that under load, plus ~20 s to start each time): USR2
+    """--time 1 (minute) on a cell that needs about three (60 smoke epochs: ~1.3 s each on an
+    idle 2-core machine, several times that under load, plus ~20 s to start each time): USR2
     comes before the limit, the task requeues itself and its notebook goes on from the
     newest checkpoint until all epochs are done; each epoch is in metrics.jsonl once, and
     the cell's line says how many requeues it took. The cap is high so that a loaded
     machine (fewer epochs per minute) still finishes."""
     out = tmp_path / "rq"
-    epochs = 40
+    epochs = 60
     proc = sweep(out, tmp_path / "data", "--grid", "SEED=0", "-p", "EPOCHS", str(epochs),
                  "--time", "1", "--max-requeues", "20", timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
