@@ -6,6 +6,10 @@ injection tests) a point costs one dictionary lookup. The points: `train.step` (
 backward, before the optimizer step), `eval.batch` (mid-evaluation) and `checkpoint.write`
 (half of a checkpoint's bytes written).
 
+`TA_SLOWPOINTS="train.step=0.5"` makes every hit of a point sleep that long instead: a slow
+machine on demand, so a test of a time limit (a Slurm `--time`, a session's clock) does not
+depend on how fast this one is.
+
 A timed spec, `train.step@2+0.05`, kills at an arbitrary moment instead: the 2nd hit of
 `train.step` starts a daemon timer that SIGKILLs the process 0.05 s later, wherever it is
 then (mid-step, mid-evaluation, mid-write, logging...). So that such a kill cannot let the
@@ -26,6 +30,7 @@ import threading
 import time
 
 ENV = "TA_FAILPOINTS"
+SLOW_ENV = "TA_SLOWPOINTS"
 # Where a process with a timed kill pending waits for it: before state changes for good.
 HOLD_AT = ("train.step", "checkpoint.write")
 _hits: dict[str, int] = {}
@@ -53,8 +58,18 @@ def _hold(where: str) -> None:
         time.sleep(1.0)
 
 
+def _slow(name: str) -> None:
+    for item in filter(None, os.environ.get(SLOW_ENV, "").split(",")):
+        point_name, _, seconds = item.partition("=")
+        if point_name.strip() == name:
+            time.sleep(float(seconds))
+
+
 def point(name: str) -> None:
-    """Die here (SIGKILL, no cleanup, like a lost runtime) if this hit is armed."""
+    """Die here (SIGKILL, no cleanup, like a lost runtime) if this hit is armed; sleep here
+    if TA_SLOWPOINTS names this point."""
+    if SLOW_ENV in os.environ:
+        _slow(name)
     if ENV not in os.environ:
         return
     if _pending and name in HOLD_AT:

@@ -61,3 +61,16 @@ def test_a_pending_timed_kill_is_waited_for_before_state_changes_and_at_exit(the
     assert f"failpoints: held at {where} until the timed kill" in proc.stderr
     assert ("passed" in proc.stdout) == (where == "exit")
     assert seconds >= 0.3
+
+
+def test_a_slowpoint_holds_every_hit_of_its_point_and_no_other(monkeypatch):
+    """TA_SLOWPOINTS: a slow machine on demand, for tests of time limits (the Slurm requeue)."""
+    from lib import faults
+
+    slept = []
+    monkeypatch.setattr(faults.time, "sleep", slept.append)
+    monkeypatch.setenv(faults.SLOW_ENV, "train.step=1.5,eval.batch=0.25")
+    monkeypatch.delenv(faults.ENV, raising=False)
+    for name in ("train.step", "checkpoint.write", "train.step", "eval.batch"):
+        faults.point(name)
+    assert slept == [1.5, 1.5, 0.25]

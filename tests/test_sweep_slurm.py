@@ -65,12 +65,13 @@ def cluster(slurm):
     return mode
 
 
-def sweep(out: Path, data: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def sweep(out: Path, data: Path, *args: str, timeout: float = 600,
+          env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "lib", "sweep", "fashion_mnist", "-p", "SMOKE", "True",
            "-p", "SAMPLE_DATA", "True", "-p", "DATA_DIR", str(data), "--out", str(out),
            "--on", "slurm", *args]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
 
 
 def quiet(proc: subprocess.CompletedProcess) -> None:
@@ -112,16 +113,19 @@ def test_sweep_runs_as_one_array_and_is_quiet(slurm, tmp_path):
 
 
 def test_cell_killed_at_its_time_limit_requeues_and_finishes(cluster, tmp_path):
-    """--time 1 (minute) on a cell that needs about three (60 smoke epochs: ~1.3 s each on an
-    idle 2-core machine, several times that under load, plus ~20 s to start each time): USR2
-    comes before the limit, the task requeues itself and its notebook goes on from the
-    newest checkpoint until all epochs are done; each epoch is in metrics.jsonl once, and
-    the cell's line says how many requeues it took. The cap is high so that a loaded
-    machine (fewer epochs per minute) still finishes."""
+    """--time 1 (minute) on a cell that needs more: 30 smoke epochs of two steps, each step
+    held 1 s (TA_SLOWPOINTS, passed to the job by sbatch's exported environment), so at least
+    a minute of training on any machine, plus ~20 s to start each time. USR2 comes before the
+    limit, the task requeues itself and its notebook goes on from the newest checkpoint until
+    all epochs are done; each epoch is in metrics.jsonl once, and the cell's line says how
+    many requeues it took. (Unheld, 60 smoke epochs fitted in one minute on a quiet machine:
+    a test of a time limit must not depend on the machine's speed.) The cap is high so that a
+    loaded machine still finishes."""
     out = tmp_path / "rq"
-    epochs = 60
+    epochs = 30
     proc = sweep(out, tmp_path / "data", "--grid", "SEED=0", "-p", "EPOCHS", str(epochs),
-                 "--time", "1", "--max-requeues", "20", timeout=1200)
+                 "-p", "SMOKE_BATCHES", "2", "--time", "1", "--max-requeues", "20",
+                 timeout=1200, env={"TA_SLOWPOINTS": "train.step=1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     quiet(proc)
     cell = out / "cells" / "seed=0"
