@@ -113,8 +113,8 @@ def test_sweep_runs_as_one_array_and_is_quiet(slurm, tmp_path):
 
 
 def test_cell_killed_at_its_time_limit_requeues_and_finishes(cluster, tmp_path):
-    """--time 1 (minute) on a cell that needs more: 30 smoke epochs of two steps, each step
-    held 1 s (TA_SLOWPOINTS, passed to the job by sbatch's exported environment), so at least
+    """--time 1 (minute) on a cell that needs more: 30 smoke epochs of six steps, each step
+    held 0.35 s (TA_SLOWPOINTS, passed to the job by sbatch's exported environment), so over
     a minute of training on any machine, plus ~20 s to start each time. USR2 comes before the
     limit, the task requeues itself and its notebook goes on from the newest checkpoint until
     all epochs are done; each epoch is in metrics.jsonl once, and the cell's line says how
@@ -124,8 +124,8 @@ def test_cell_killed_at_its_time_limit_requeues_and_finishes(cluster, tmp_path):
     out = tmp_path / "rq"
     epochs = 30
     proc = sweep(out, tmp_path / "data", "--grid", "SEED=0", "-p", "EPOCHS", str(epochs),
-                 "-p", "SMOKE_BATCHES", "2", "--time", "1", "--max-requeues", "20",
-                 timeout=1200, env={"TA_SLOWPOINTS": "train.step=1"})
+                 "--time", "1", "--max-requeues", "20", timeout=1200,
+                 env={"TA_SLOWPOINTS": "train.step=0.35"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     quiet(proc)
     cell = out / "cells" / "seed=0"
