@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench import bench_mamba_spike as bms
 from bench import bench_scan
+from bench.bench_device_data import OpCount
 from bench.common import median
 from lib.models.mamba import linear_scan, linear_scan_sequential
 
@@ -60,18 +60,6 @@ def scans(ctx) -> list[dict]:
             row["mambapy ms"] = "not installed"
         rows.append(row)
     return rows
-
-
-class OpCount(TorchDispatchMode):
-    """Counts the aten operations dispatched inside it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += 1
-        return func(*args, **(kwargs or {}))
 
 
 def frontend(ctx) -> dict:

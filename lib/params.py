@@ -43,20 +43,20 @@ def platforms() -> dict[str, Any]:
     return dict(PLATFORMS)
 
 
-def check_workload(name: str) -> str:
-    known = workloads()
+def _known(kind: str, name: str, known) -> str:
+    """`name` if it is one of `known`, else one line naming the closest and the choices."""
     if name not in known:
-        raise UsageError(f"unknown workload {name!r}{closest(name, known)}; expected one of "
+        raise UsageError(f"unknown {kind} {name!r}{closest(name, known)}; expected one of "
                          f"{', '.join(known)}. See `train-anywhere list`.")
     return name
+
+
+def check_workload(name: str) -> str:
+    return _known("workload", name, workloads())
 
 
 def check_platform(name: str) -> str:
-    known = platforms()
-    if name not in known:
-        raise UsageError(f"unknown platform {name!r}{closest(name, known)}; expected one of "
-                         f"{', '.join(known)}. See `train-anywhere list`.")
-    return name
+    return _known("platform", name, platforms())
 
 
 @dataclass(frozen=True)
