@@ -15,7 +15,7 @@ from pathlib import Path
 from lib import faults
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     """Make a rename durable (Drive's FUSE mount and most filesystems need the folder synced)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -54,7 +54,7 @@ def write_bytes(path: Path, data: bytes, *, sync_dir: bool = False,
         Path(tmp).unlink(missing_ok=True)
         raise
     if sync_dir:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     return path
 
 

@@ -10,6 +10,7 @@ folders the user attached). `session_limit_hours` is the hard limit a session ru
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
@@ -131,6 +132,19 @@ class Storage:
     keeps: str = ""  # one phrase: what of `durable` survives the session
     carry_over: str = ""  # how a run gets from one session to the next
     session_bound: bool = False  # True: `durable` starts empty in a new session (Kaggle)
+    # A mount whose writes are pushed in the background (Colab's Drive): checkpoints in a run
+    # folder under it are written on scratch, then copied whole with a marker (lib.durable).
+    synced: Path | None = None
+    prepared: Path | None = None  # where prepared data (packs) is kept between sessions
+
+
+def staging(roles: Storage, run_dir: Path) -> Path | None:
+    """The scratch folder the checkpoints of `run_dir` are written in first when `run_dir`
+    is on a synced mount (`Storage.synced`); None elsewhere."""
+    run = Path(run_dir).absolute()
+    if roles.synced is None or not run.is_relative_to(Path(roles.synced).absolute()):
+        return None
+    return roles.scratch / "staging" / hashlib.sha1(str(run).encode()).hexdigest()[:12]
 
 
 def storage(runtime: str) -> Storage:
@@ -145,9 +159,14 @@ def storage(runtime: str) -> Storage:
         # Data on the VM's disk (Drive is a slow FUSE mount); run folders on Drive.
         base = drive_root() / "MyDrive" / "train-anywhere"
         # Inputs: what the user put in MyDrive/train-anywhere/data (the older default DATA_DIR).
+        # Checkpoints: written on the VM's disk, copied to Drive whole with a marker; prepared
+        # data kept on Drive too, copied back to the VM's disk in the next session.
         return Storage(colab_content() / "train-anywhere", base / "runs", (base / "data",),
-                       keeps="on Drive; a checkpoint reported saved was copied there complete",
-                       carry_over="re-run the notebook: it resumes from the run folder on Drive")
+                       keeps="on Drive once DriveFS has pushed it; each checkpoint copied "
+                             "there whole with a completion marker",
+                       carry_over="re-run the notebook: it resumes from the run folder on Drive",
+                       synced=drive_root(),
+                       prepared=base / "prepared")
     if runtime == "kaggle":
         # /kaggle/working is the version's output (20 GB): only run folders go there.
         root = kaggle_root()

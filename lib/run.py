@@ -19,7 +19,7 @@ from lib.checkpoint import Checkpoints
 from lib.clock import Clock
 from lib.errors import OutDirError
 from lib.metrics import write_jsonl
-from lib.platforms import Storage, storage
+from lib.platforms import Storage, staging, storage
 
 STOPPED = "STOPPED.json"  # the run stopped before a session limit and is not finished
 
@@ -59,7 +59,7 @@ class Run:
         self.note = note  # shown after each epoch's numbers, e.g. "synthetic sample"
         self.metrics_path = self.dir / "metrics.jsonl"
         self.checkpoints = Checkpoints(self.dir / "checkpoints", workload, model_config,
-                                       log=self.log)
+                                       log=self.log, stage=staging(self.storage, self.dir))
         self._tb_enabled, self._progress_enabled = tensorboard, progress
         self.tb = None
         self.history: list[dict] = []

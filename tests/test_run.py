@@ -32,7 +32,8 @@ def test_unwritable_out_dir_is_refused(tmp_path, monkeypatch):
 
 
 def test_every_checkpoint_and_its_rename_are_fsynced(tmp_path, monkeypatch):
-    """On Colab, Drive's FUSE mount uploads what is fsynced; a cached file can be lost."""
+    """Each file whole on disk before its rename, and the rename itself synced; each
+    checkpoint's completion marker last, after best.pt's (lib.durable)."""
     synced, real_fsync = [], os.fsync
 
     def fsync(fd):
@@ -42,8 +43,10 @@ def test_every_checkpoint_and_its_rename_are_fsynced(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fsync", fsync)
     make(tmp_path).save({"w": torch.ones(1)}, 1, 0, best=True)
     files = [n for n in synced if n.endswith(".tmp")]  # written under a temporary name
-    assert len(files) == 2 and files[0].startswith(".ckpt-e0001-b000000.pt.")
-    assert files[1].startswith(".best.pt.") and synced.count("checkpoints") == 2
+    assert len(files) == 4 and files[0].startswith(".ckpt-e0001-b000000.pt.")
+    assert files[1].startswith(".best.pt.") and files[2].startswith(".best.pt.done.")
+    assert files[3].startswith(".ckpt-e0001-b000000.pt.done.")
+    assert synced.count("checkpoints") == 4
 
 
 @pytest.mark.parametrize("runtime, advice", [

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lib import atomic
+from lib import atomic, durable
 
 FORMAT_VERSION = 1
 SHARD_BYTES = 128 * 2**20  # tens to hundreds of MB a shard: few opens, a cheap lost shard
@@ -176,23 +176,6 @@ class PackReader:
         return np.array(data[begin:int(index[j, 0])]), int(index[j, 1])
 
 
-def _copy_checked(src: Path, dst: Path, size: int, digest: str, chunk: int = 16 * 2**20) -> None:
-    """One sequential pass: copy `src` to a temporary name beside `dst`, hashing as it goes;
-    rename only when size and SHA-256 match the manifest."""
-    tmp = dst.with_name(f".{dst.name}.copy.tmp")
-    h, n = hashlib.sha256(), 0
-    with open(src, "rb") as fin, open(tmp, "wb") as fout:
-        while block := fin.read(chunk):
-            h.update(block)
-            n += len(block)
-            fout.write(block)
-    if n != size or h.hexdigest() != digest:
-        tmp.unlink(missing_ok=True)
-        raise OSError(f"{src} does not match its manifest ({n} bytes, expected {size}, or a "
-                      "different checksum): delete that packed folder to prepare it again.")
-    os.replace(tmp, dst)
-
-
 def same_pack(a: Path, b: Path) -> bool:
     """True when both folders hold a complete pack with the same manifest and file sizes."""
     ma, mb = read_manifest(a), read_manifest(b)
@@ -224,6 +207,6 @@ def copy_pack(src: Path, dst: Path) -> bool:
     dst.mkdir(parents=True, exist_ok=True)
     (dst / MANIFEST).unlink(missing_ok=True)
     for name, f in manifest["files"].items():
-        _copy_checked(src / name, dst / name, f["size"], f["sha256"])
+        durable.copy_checked(src / name, dst / name, f["size"], f["sha256"])
     atomic.write_bytes(dst / MANIFEST, (src / MANIFEST).read_bytes())
     return True
