@@ -104,3 +104,30 @@ def test_a_download_that_will_not_fit_stops_before_tonic_writes(tmp_path, monkey
     with pytest.raises(FileNotFoundError, match="downloading it failed"):
         events.load_events("dvsgesture", tmp_path, True)
     assert called == [1]
+
+
+def test_a_pack_kept_on_durable_storage_is_restored_and_a_new_one_kept(tmp_path):
+    """A new session copies the kept pack to scratch instead of preparing it; a pack prepared
+    on scratch is kept for the next one, only where it fits; a damaged kept copy is refused
+    (prepare again), never read."""
+    records = _pack(tmp_path / "scratch1")
+    assert packed.restore(tmp_path / "scratch1", tmp_path / "kept") is None  # nothing kept
+    assert packed.keep(tmp_path / "scratch1", tmp_path / "kept").startswith("kept the prepared")
+    assert packed.keep(tmp_path / "scratch1", tmp_path / "kept") is None  # same pack: once
+    line = packed.restore(tmp_path / "scratch2", tmp_path / "kept")
+    assert line.startswith("copied the prepared data kept in")
+    assert np.array_equal(packed.PackReader(tmp_path / "scratch2").get(7)[0], records[7])
+    assert packed.restore(tmp_path / "scratch2", tmp_path / "kept") is None  # complete there
+    shard = sorted((tmp_path / "kept").glob("shard-*.npy"))[-1]
+    shard.write_bytes(shard.read_bytes()[:-8])
+    line = packed.restore(tmp_path / "scratch3", tmp_path / "kept")
+    assert "was not usable" in line and "does not match its manifest" in line
+    assert packed.read_manifest(tmp_path / "scratch3") is None
+
+
+def test_a_pack_that_does_not_fit_is_not_kept(tmp_path, monkeypatch):
+    _pack(tmp_path / "scratch")
+    monkeypatch.setattr(space, "free_bytes", lambda path: 1000)
+    line = packed.keep(tmp_path / "scratch", tmp_path / "kept")
+    assert "is not kept in" in line and "0.00 GB free: the next session prepares it" in line
+    assert not (tmp_path / "kept").exists()

@@ -375,9 +375,12 @@ def cache_bytes_estimate(cached: PackedEvents, probe: int = 8) -> int:
     return int(sum(sizes) / n * len(cached) * 1.1) + 2**20
 
 
-def warm_cache(*datasets, workers: int = 0, progress: bool = True) -> int:
+def warm_cache(*datasets, workers: int = 0, progress: bool = True, kept: Path | None = None,
+               log=print) -> int:
     """Frame every recording not yet packed, in order, into its shards; return how many were
-    framed.
+    framed. `kept`: where prepared data is kept between sessions (`Storage.prepared`, Drive
+    on Colab): a pack kept there is copied in first instead of framing, and a pack framed
+    here is copied there for the next session (`lib.data.packed.restore` / `keep`).
 
     Run it in the notebook process before training: training processes then only read, so
     DDP/XLA ranks never write a shard at once. A kill mid-build keeps every complete shard
@@ -389,7 +392,13 @@ def warm_cache(*datasets, workers: int = 0, progress: bool = True) -> int:
     framed = 0
     for cached in _packed_sets(datasets):
         folder = Path(cached.cache_path)
+        there = Path(kept) / folder.name if kept else None
+        if line := packed.restore(folder, there):
+            log(line)
+            cached.reader.refresh()
         if packed.read_manifest(folder) is not None:
+            if line := packed.keep(folder, there):
+                log(line)
             continue
         writer = packed.PackWriter(folder, len(cached))
         missing = range(writer.done, len(cached))
@@ -408,6 +417,8 @@ def warm_cache(*datasets, workers: int = 0, progress: bool = True) -> int:
         writer.close()
         cached.reader.refresh()
         framed += len(missing)
+        if line := packed.keep(folder, there):
+            log(line)
     return framed
 
 

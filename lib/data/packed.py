@@ -210,3 +210,41 @@ def copy_pack(src: Path, dst: Path) -> bool:
         durable.copy_checked(src / name, dst / name, f["size"], f["sha256"])
     atomic.write_bytes(dst / MANIFEST, (src / MANIFEST).read_bytes())
     return True
+
+
+def restore(folder: Path, kept: Path | None) -> str | None:
+    """Before `folder` (scratch) is prepared: copy the complete pack kept at `kept` (durable,
+    e.g. Drive) into it, checked. One line saying what happened; None when nothing is kept
+    there or `folder` is complete already. A copy that fails says why, and the caller
+    prepares the data again."""
+    if kept is None or read_manifest(folder) is not None or read_manifest(kept) is None:
+        return None
+    try:
+        copy_pack(kept, folder)
+    except OSError as exc:
+        return (f"the prepared data kept in {kept} was not usable ({exc}); preparing it again "
+                f"in {folder}")
+    return f"copied the prepared data kept in {kept} to {folder} (one pass, checked)"
+
+
+def keep(folder: Path, kept: Path | None) -> str | None:
+    """After `folder` (scratch) is prepared: keep a copy at `kept` (durable) for the next
+    session, when it fits there (lib.data.space); one line saying what happened, None when
+    there is nothing to do."""
+    from lib.data import space
+
+    manifest = read_manifest(folder)
+    if kept is None or manifest is None or same_pack(folder, kept):
+        return None
+    need = sum(f["size"] for f in manifest["files"].values())
+    free = space.free_bytes(kept)
+    if need + space.MARGIN > free:
+        return (f"the prepared data {folder.name} ({need / 1e9:.2f} GB) is not kept in "
+                f"{kept.parent}, which has {free / 1e9:.2f} GB free: the next session prepares "
+                "it again")
+    try:
+        copy_pack(folder, kept)
+    except OSError as exc:
+        return (f"the prepared data was not kept in {kept} ({exc}): the next session "
+                "prepares it again")
+    return f"kept the prepared data in {kept} for the next session"

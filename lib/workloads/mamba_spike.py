@@ -265,7 +265,8 @@ def datasets(s: Session, warm: bool = False):
     train, test, info = event_datasets(
         cfg.dataset, s.data_dir, sample=cfg.sample_data, cache_dir=cache_dir(s), seed=SPLIT_SEED,
         static_shapes=s.choice.type == "xla", **cfg.framing())
-    info["framed_now"] = warm_cache(train, test, workers=s.choice.num_workers) if warm else 0
+    info["framed_now"] = warm_cache(train, test, workers=s.choice.num_workers,
+                                    kept=s.storage.prepared) if warm else 0
     return train, test, info
 
 
