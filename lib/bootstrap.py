@@ -255,9 +255,10 @@ def finish(runtime: str, out_dir: Path | None = None) -> None:
     if out_dir is not None:
         print(f"outputs in {out_dir}:",
               *sorted(p.name for p in Path(out_dir).iterdir() if not p.name.startswith(".")))
-    if runtime == "colab":
+    if runtime == "colab" and drive_mounted():
         from google.colab import drive
 
+        # the one documented push of what DriveFS has not uploaded yet (lib/durable.py)
         drive.flush_and_unmount()
         print("Drive flushed and unmounted: every checkpoint and result is on Drive.")
 

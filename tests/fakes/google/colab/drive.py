@@ -25,6 +25,12 @@ def mount(mountpoint: str, force_remount: bool = False, timeout_ms: int = 120000
 
 
 def flush_and_unmount(timeout_ms: int = 86400000) -> None:
-    if not _mounted:
-        raise ValueError("Drive not mounted, so nothing to flush and unmount.")
-    _log("flush_and_unmount", mountpoint=str(_mounted.pop()))
+    """colabtools checks the mount table for a Drive mount and, finding none, prints this and
+    returns (google/colab/drive.py). A Drive mounted before this kernel (the FUSE stand-in,
+    tests/drive_fuse.py, at TA_COLAB_DRIVE) counts; it is left mounted for the test to
+    unmount (a re-run is a later session, with Drive mounted again)."""
+    standin = os.environ.get("TA_COLAB_DRIVE")
+    if not _mounted and not (standin and os.path.ismount(standin)):
+        print("Drive not mounted, so nothing to flush and unmount.")
+        return
+    _log("flush_and_unmount", mountpoint=str(_mounted.pop() if _mounted else standin))
