@@ -157,19 +157,19 @@ def test_warm_cache_frames_each_recording_once_even_under_a_notebooks_tqdm(
     import tqdm.asyncio
     import tqdm.auto
 
-    from lib.data import events
+    from lib.data import event_cache
 
     monkeypatch.setattr(tqdm.auto, "tqdm", tqdm.asyncio.tqdm)
     train, test, _ = _sample(tmp_path)
     log = tmp_path / "framed.log"  # appended to by the worker processes too
-    real = events._Framer.__getitem__
+    real = event_cache._Framer.__getitem__
 
     def logged(self, k):
         with open(log, "a") as f:
             f.write(f"{self.dataset.train}-{self.indices[k]}\n")
         return real(self, k)
 
-    monkeypatch.setattr(events._Framer, "__getitem__", logged)
+    monkeypatch.setattr(event_cache._Framer, "__getitem__", logged)
     rng = torch.get_rng_state()
     assert warm_cache(train, test, workers=workers, progress=False) == 60
     assert torch.equal(torch.get_rng_state(), rng)  # model initialisation follows
@@ -193,7 +193,8 @@ def test_warm_cache_covers_a_shared_cifar_style_split_once(tmp_path):
 def test_an_xla_session_needs_a_fixed_t(tmp_path):
     cfg = make(SAMPLE_DATA=True, DT_US=50_000, N_TIME_BINS=None, DATA_DIR=str(tmp_path))
     s = SimpleNamespace(cfg=cfg, data_dir=tmp_path, out_dir=tmp_path / "run",
-                        choice=SimpleNamespace(type="xla", num_workers=0))
+                        choice=SimpleNamespace(type="xla", num_workers=0),
+                        storage=SimpleNamespace(prepared=None))
     with pytest.raises(ValueError, match="recompiles on XLA; set FIXED_T"):
         ms.datasets(s)
     s.cfg = make(SAMPLE_DATA=True, DT_US=50_000, FIXED_T=7, DATA_DIR=str(tmp_path))

@@ -5,8 +5,9 @@ from collections import namedtuple
 
 import numpy as np
 import pytest
+import torch
 
-from lib.data import events, packed, space
+from lib.data import event_cache, events, packed, space
 from lib.data.events import build_datasets as event_datasets
 
 Usage = namedtuple("Usage", "total used free")
@@ -73,7 +74,7 @@ def test_a_frame_cache_that_will_not_fit_stops_before_framing(tmp_path, monkeypa
     train, test, _ = event_datasets("nmnist", tmp_path, sample=True, n_time_bins=12)
     free = 300 * 2**20  # the margin fits, the frames (monkeypatched to 1 GB) do not
     monkeypatch.setattr(space.shutil, "disk_usage", lambda p: Usage(10**12, 0, free))
-    monkeypatch.setattr(events, "cache_bytes_estimate", lambda cached, probe=8: 10**9 * 4)
+    monkeypatch.setattr(event_cache, "cache_bytes_estimate", lambda cached, probe=8: 10**9 * 4)
     with pytest.raises(space.NoSpace, match=r"framing 40 recordings .* needs 4\.00 GB .* "
                                             r"has 0\.31 GB free"):
         events.warm_cache(train, progress=False)
@@ -131,3 +132,29 @@ def test_a_pack_that_does_not_fit_is_not_kept(tmp_path, monkeypatch):
     line = packed.keep(tmp_path / "scratch", tmp_path / "kept")
     assert "is not kept in" in line and "0.00 GB free: the next session prepares it" in line
     assert not (tmp_path / "kept").exists()
+
+
+def test_a_new_session_reads_the_kept_frames_without_the_raw_recordings(tmp_path, monkeypatch):
+    """Session 1 frames N-MNIST (the sample's files as the real dataset) on its scratch and
+    keeps the packs; session 2, on an empty VM disk, copies them back and never loads (or
+    downloads) a raw recording: same lengths, labels and frames, nothing framed."""
+    monkeypatch.setattr(events, "EXTRACTED", {"nmnist": (1, ".bin")})
+    real = events._write_sample("nmnist", tmp_path / "vm1" / "data")
+    kept, kw = tmp_path / "drive" / "prepared", dict(n_time_bins=8, kept=tmp_path / "drive"
+                                                     / "prepared")
+    first = event_datasets("nmnist", real, cache_dir=tmp_path / "vm1" / "cache", **kw)
+    lines = []
+    assert events.warm_cache(*first[:2], progress=False, kept=kept, log=lines.append) == 60
+    assert [line.startswith("kept the prepared data") for line in lines] == [True, True]
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("a raw recording was asked for")
+
+    monkeypatch.setattr(events, "load_events", no_download)
+    second = event_datasets("nmnist", tmp_path / "vm2" / "data", cache_dir=tmp_path / "vm2"
+                            / "cache", log=lines.append, **kw)
+    assert sum("copied the prepared data kept in" in line for line in lines) == 2
+    assert events.warm_cache(*second[:2], progress=False, kept=kept) == 0
+    for a, b in zip(first[:2], second[:2], strict=True):
+        assert len(a) == len(b) and a.dataset.targets == b.dataset.targets
+        assert all(torch.equal(a[i][0], b[i][0]) and a[i][1] == b[i][1] for i in (0, len(a) - 1))

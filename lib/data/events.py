@@ -25,10 +25,16 @@ import numpy as np
 import tonic
 import torch
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import DataLoader, Dataset, Subset, random_split
+from torch.utils.data import Dataset, random_split
 
 from lib.data import events_sample, packed, samples, space
 from lib.data.classes import CIFAR10DVS_CLASSES, DVSGESTURE_LIGHTING  # noqa: F401
+from lib.data.event_cache import (
+    FromPack,
+    cache_bytes_estimate,  # noqa: F401 (re-exported from its old home)
+    prepared,
+    warm_cache,  # noqa: F401
+)
 from lib.errors import DataError, DataNotFound
 
 NAMES = ("nmnist", "dvsgesture", "cifar10dvs")
@@ -294,13 +300,16 @@ def build_datasets(name: str, data_dir: Path, *, sample: bool = False,
                          fixed_t: int | None = None, downsample: int = 1,
                          denoise_us: int | None = 10_000, cache_dir: Path | None = None,
                          seed: int = 42, test_fraction: float = 0.1,
-                         static_shapes: bool = False):
+                         static_shapes: bool = False, kept: Path | None = None, log=print):
     """(train, test, info): datasets of (uint8 frames of counts (T, 2, H, W), int label).
 
     With neither `n_time_bins` nor `dt_us`, the official number of bins is used. CIFAR10-DVS
     has no official split: a seeded `random_split` keeps 1 - test_fraction for training
     (seed 42 and 0.1 as in the official code). `info` holds name, root, classes, num_classes,
     frame_hw, T (None when variable: batch with `collate_fn(info)`), framing and sizes.
+    When DATA_DIR holds no download yet and the frames are all packed, on scratch or kept at
+    `kept` (`Storage.prepared`: copied to scratch first), the raw recordings are not needed:
+    a new Colab session neither downloads nor frames again.
     """
     name = check_name(name)
     if n_time_bins is None and dt_us is None:
@@ -316,18 +325,23 @@ def build_datasets(name: str, data_dir: Path, *, sample: bool = False,
     # the sample's generator version: frames of an older sample are never read for a new one
     source = f"_sample-v{samples.VERSIONS['events']}" if sample else ""
     tag = f"{name}{source}_{framing}_ds{downsample}_dn{denoise_us or 0}"
+    prefixes = [f"{tag}_all"] if name == "cifar10dvs" else [f"{tag}_train", f"{tag}_test"]
+    found = [] if sample or (root / TONIC_CLASSES[name].__name__).is_dir() else [
+        prepared(cache_dir, kept, prefix, log) for prefix in prefixes]
+    if found and all(found):  # nothing downloaded, every frame packed: read the packs only
+        sets = [PackedEvents(FromPack(folder), folder, fixed_t) for folder in found]
+    else:
+        splits = [None] if name == "cifar10dvs" else [True, False]
+        sets = [_cached(load_events(name, root, split, tf, sample=sample), cache_dir, prefix,
+                        fixed_t) for split, prefix in zip(splits, prefixes, strict=True)]
     if name == "cifar10dvs":
-        full = load_events(name, root, None, tf, sample=sample)
-        cached = _cached(full, cache_dir, f"{tag}_all", fixed_t)
-        n_train = int((1 - test_fraction) * len(full))
+        (cached,) = sets
+        n_train = int((1 - test_fraction) * len(cached))
         split = torch.Generator().manual_seed(seed)
-        train, test = random_split(cached, [n_train, len(full) - n_train], generator=split)
+        train, test = random_split(cached, [n_train, len(cached) - n_train], generator=split)
         classes = list(CIFAR10DVS_CLASSES)
     else:
-        train_raw = load_events(name, root, True, tf, sample=sample)
-        test_raw = load_events(name, root, False, tf, sample=sample)
-        train = _cached(train_raw, cache_dir, f"{tag}_train", fixed_t)
-        test = _cached(test_raw, cache_dir, f"{tag}_test", fixed_t)
+        train, test = sets
         classes = [str(c) for c in TONIC_CLASSES[name].classes]
     t = fixed_t if fixed_t is not None else n_time_bins
     info = {"name": name, "root": str(root), "classes": classes, "num_classes": len(classes),
@@ -336,90 +350,6 @@ def build_datasets(name: str, data_dir: Path, *, sample: bool = False,
             "denoise_us": denoise_us, "train_size": len(train), "test_size": len(test),
             "cache_dir": str(cache_dir)}
     return train, test, info
-
-
-class _Framer(Dataset):
-    """Item k: (sparse frames, label) of recording `indices[k]`, framed from its events."""
-
-    def __init__(self, dataset, indices: range):
-        self.dataset, self.indices = dataset, indices
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, k: int):
-        data, target = self.dataset[self.indices[k]]
-        return np.asarray(data), int(target)
-
-
-def _as_is(item):
-    return item
-
-
-def _packed_sets(datasets) -> list[PackedEvents]:
-    """The distinct PackedEvents under `datasets` (CIFAR10-DVS splits share one)."""
-    found = {}
-    for ds in datasets:
-        while isinstance(ds, Subset):
-            ds = ds.dataset
-        found[id(ds)] = ds
-    return list(found.values())
-
-
-def cache_bytes_estimate(cached: PackedEvents, probe: int = 8) -> int:
-    """Bytes the packed frames will take, from the first `probe` recordings framed now."""
-    n = min(probe, len(cached))
-    if n == 0:
-        return 0
-    sizes = [np.asarray(cached.dataset[i][0]).nbytes for i in range(n)]
-    return int(sum(sizes) / n * len(cached) * 1.1) + 2**20
-
-
-def warm_cache(*datasets, workers: int = 0, progress: bool = True, kept: Path | None = None,
-               log=print) -> int:
-    """Frame every recording not yet packed, in order, into its shards; return how many were
-    framed. `kept`: where prepared data is kept between sessions (`Storage.prepared`, Drive
-    on Colab): a pack kept there is copied in first instead of framing, and a pack framed
-    here is copied there for the next session (`lib.data.packed.restore` / `keep`).
-
-    Run it in the notebook process before training: training processes then only read, so
-    DDP/XLA ranks never write a shard at once. A kill mid-build keeps every complete shard
-    (written under a temporary name, renamed when whole); the next call goes on after them.
-    Before framing, the free space of the cache's disk is checked against an estimate.
-    """
-    from lib import progress as progress_bar
-
-    framed = 0
-    for cached in _packed_sets(datasets):
-        folder = Path(cached.cache_path)
-        there = Path(kept) / folder.name if kept else None
-        if line := packed.restore(folder, there):
-            log(line)
-            cached.reader.refresh()
-        if packed.read_manifest(folder) is not None:
-            if line := packed.keep(folder, there):
-                log(line)
-            continue
-        writer = packed.PackWriter(folder, len(cached))
-        missing = range(writer.done, len(cached))
-        if missing:
-            need = cache_bytes_estimate(cached) * len(missing) // len(cached)
-            space.require(folder, need, f"framing {len(missing)} recordings into {folder.name}")
-        # Its own generator: iterating must not draw from the global RNG (model init follows).
-        loader = DataLoader(_Framer(cached.dataset, missing), batch_size=None,
-                            num_workers=workers, collate_fn=_as_is, generator=torch.Generator())
-        bar = (progress_bar.bar(len(loader), f"framing {folder.name}", "rec")
-               if progress and missing else progress_bar.NoBar())
-        for data, target in loader:
-            writer.add(data, target)
-            bar.update(1)
-        bar.close()
-        writer.close()
-        cached.reader.refresh()
-        framed += len(missing)
-        if line := packed.keep(folder, there):
-            log(line)
-    return framed
 
 
 def collate_fn(info: dict):

@@ -157,6 +157,11 @@ class PackReader:
         """How many records, from 0, complete shards hold."""
         return self.shards[-1][1] if self.shards else 0
 
+    def labels(self) -> list[int]:
+        """Every packed record's label, from the shards' indexes (no record is read)."""
+        return [int(label) for start, stop in self.shards
+                for label in np.load(self.folder / shard_names(start, stop)[1])[:, 1]]
+
     def _open(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         if k not in self._maps:
             data_name, index_name = shard_names(*self.shards[k])

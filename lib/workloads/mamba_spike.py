@@ -264,7 +264,7 @@ def datasets(s: Session, warm: bool = False):
     cfg = s.cfg
     train, test, info = event_datasets(
         cfg.dataset, s.data_dir, sample=cfg.sample_data, cache_dir=cache_dir(s), seed=SPLIT_SEED,
-        static_shapes=s.choice.type == "xla", **cfg.framing())
+        static_shapes=s.choice.type == "xla", kept=s.storage.prepared, **cfg.framing())
     info["framed_now"] = warm_cache(train, test, workers=s.choice.num_workers,
                                     kept=s.storage.prepared) if warm else 0
     return train, test, info
