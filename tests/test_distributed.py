@@ -74,7 +74,7 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     assert double[-1]["train_samples"] == single[-1]["train_samples"] == 192
     assert double[-1]["train_loss"] == pytest.approx(single[-1]["train_loss"], rel=1e-5)
     assert not (tmp_path / "two" / "rank1").exists()
-    assert len(list((tmp_path / "two" / "checkpoints").glob("ckpt-*"))) == 2  # rank 0 only
+    assert len(list((tmp_path / "two" / "checkpoints").glob("ckpt-*.pt"))) == 2  # rank 0 only
 
 
 def test_a_distributed_run_resumes_on_every_rank(tmp_path):

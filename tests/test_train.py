@@ -117,7 +117,7 @@ def test_resume_in_the_middle_of_an_epoch_gives_the_uninterrupted_numbers(tmp_pa
     with pytest.raises(KeyboardInterrupt):  # killed at step 9 of 12, saving every step
         train(tmp_path / "b", 2, task=make_task(interrupt_after=8, per_step=per_step),
               minutes=1e-9)
-    ckpt = sorted((tmp_path / "b" / "checkpoints").glob("ckpt-*"))[-1].name
+    ckpt = sorted((tmp_path / "b" / "checkpoints").glob("ckpt-*.pt"))[-1].name
     assert ckpt == "ckpt-e0001-b000002.pt"  # epoch 2 (index 1), two batches done
     resumed, h_resumed = train(tmp_path / "b", 2, task=make_task(init_seed=7, per_step=per_step))
     assert h_straight[1]["lr"] == pytest.approx(0.1 / (7 if per_step else 1.25))
