@@ -200,8 +200,9 @@ class Checkpoints:
         """best.pt, or (saying why) the newest loadable checkpoint when best.pt is unusable;
         one CheckpointError naming the file and the fix when there is neither."""
         try:
-            state = self.load(self.best_path, marked=bool(self._must_be_marked(self.paths()))
-                              or durable.marker_path(self.best_path).exists())
+            # unmarked: written before markers existed, or its copy cut (then it rarely loads)
+            state = self.load(self.best_path,
+                              marked=durable.marker_path(self.best_path).exists())
             why = self._check(state, self.best_path)
             if why is None:
                 state["path"] = str(self.best_path)

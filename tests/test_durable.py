@@ -98,3 +98,18 @@ def test_only_run_folders_on_a_synced_mount_are_staged(tmp_path):
     assert stage != staging(roles, tmp_path / "drive" / "runs" / "v")  # one per run folder
     assert staging(roles, tmp_path / "elsewhere") is None
     assert staging(Storage(tmp_path / "data", tmp_path / "runs"), tmp_path / "runs") is None
+
+
+def test_best_is_taken_only_whole(tmp_path):
+    """best.pt not matching its marker (half pushed) gives way, saying so, to the newest
+    complete checkpoint; a best.pt from before markers is read as before."""
+    logs = []
+    c = staged(tmp_path, logs)
+    c.save(state(1), 1, 0, best=True)
+    c.save(state(2), 2, 0)
+    c.best_path.write_bytes(c.best_path.read_bytes()[:100])
+    assert c.best()["position"] == [2, 0]
+    assert "best.pt cannot be used (not a complete copy:" in logs[-1]
+    c.save(state(3), 3, 0, best=True)
+    durable.marker_path(c.best_path).unlink()
+    assert c.best()["position"] == [3, 0]
