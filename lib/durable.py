@@ -77,6 +77,7 @@ def copy_checked(src: Path, dst: Path, size: int | None = None, digest: str | No
                 h.update(block)
                 fout.write(block)
                 if failpoint and n == 0 and len(block) < total:
+                    fout.flush()  # half of the file really written when the kill comes
                     faults.point(failpoint)
                 n += len(block)
             fout.flush()

@@ -100,6 +100,7 @@ def test_a_killed_colab_run_resumes_from_drive_as_if_never_killed(drive, tmp_pat
     killed(drive, workload, tmp_path, OUT_DIR=str(out))
     ckpts = drive.root / "MyDrive" / "killed" / "checkpoints"
     (cut,) = ckpts.glob(".ckpt-e0002-b000000.pt.*.tmp")
+    assert 0 < cut.stat().st_size < (ckpts / "ckpt-e0001-b000000.pt").stat().st_size
     os.replace(cut, ckpts / "ckpt-e0002-b000000.pt")
     nb = run(drive, workload, tmp_path, content="content-next-session", OUT_DIR=str(out))
     text = stream_text(nb)
