@@ -1,25 +1,36 @@
-"""Studio Lab, SageMaker and Paperspace notebooks in stand-ins of each service, as a user
-starts them: the notebook alone in the service's working folder (Studio Lab's "Copy notebook
-only", a file uploaded to a SageMaker space, Paperspace's /notebooks), the service's
-environment variables, home and folders (lib/clouds.py says where each is documented) under
-TA_CLOUD_ROOT, and the bootstrap's clone served from this checkout. SMOKE on the sample, then
-the same notebook again with more epochs: it resumes from where the service keeps the run.
+"""Every workload's Studio Lab, SageMaker and Paperspace notebook in a stand-in of each service,
+started as a user starts it there, from an empty folder: the service's environment
+variables, home and folders (lib/clouds.py says where each is documented) under
+TA_CLOUD_ROOT, and GitHub served from this checkout.
 
-Fashion-MNIST resumes on each service; the other workloads run once, one per service, so
-that every workload runs on a new platform and CI stays short (the SageMaker Distribution
-image's pins are its lane's, tests/test_image_lanes.py).
+How a user opens a notebook there (more-clouds.md): Studio Lab's badge offers "Clone Entire
+Repo" (the repository lands in /home/studio-lab-user/<repo>, the notebook opens from it) or
+"Copy notebook only" (the notebook alone in the home; the bootstrap clones beside it);
+SageMaker users clone in JupyterLab's Git menu (~/<repo>) or upload the notebook; Paperspace's
+"Run on Gradient" puts the notebook in /notebooks (whether it copies the whole repository is
+unconfirmed: the bootstrap clones it). Both AWS flows are run, on different workloads.
+
+Each case is two sessions of the same notebook, SMOKE on the sample: the first reaches a
+session limit (TA_SESSION_HOURS, shortened) after its first step, stops itself saved in the
+service's persistent folder and says what to do there; the second (the user re-runs the
+notebook) resumes from that checkpoint and finishes. Two short kernels per case keep the
+matrix (4 workloads x 3 services) inside CI's budget.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
+from pathlib import Path
 from unittest import mock
 
 import nbformat
 import papermill
 import pytest
 
+from lib import clouds
 from lib.metrics import read_jsonl
 from tests.cloud_standins import SERVICES
 from tests.notebook_run import ROOT, check_clean_outputs, stream_text
@@ -33,12 +44,15 @@ SMALL = {
                         DOWNSAMPLE=2, D_MODEL=16, N_LAYERS=1, SPIKE_CHANNELS=8),
     "optimizer_study": dict(SMOKE_BATCHES=2, BATCH_SIZE=16, OPTIMIZERS=["adamw"], SEEDS=[0]),
 }
-
-
-CASES = [("studiolab_t4", "fashion_mnist"), ("studiolab_t4", "mshnet"),
-         ("sagemaker_gpu", "fashion_mnist"), ("sagemaker_gpu", "optimizer_study"),
-         ("paperspace_gpu", "fashion_mnist"), ("paperspace_gpu", "mamba_spike")]
-RESUMED = "fashion_mnist"
+CASES = [(p, w) for p in SERVICES for w in SMALL]
+# Opened from a clone of the whole repository (Studio Lab's "Clone Entire Repo", JupyterLab's
+# Git clone); the other AWS cases open the notebook alone in the home.
+CLONED = {("studiolab_t4", "fashion_mnist"), ("studiolab_t4", "mamba_spike"),
+          ("sagemaker_gpu", "mshnet"), ("sagemaker_gpu", "optimizer_study")}
+# What each service's limit line advises (lib.clouds.storage's carry_over).
+ADVICE = {"studiolab_t4": "caps GPU time per day", "sagemaker_gpu": "idle shutdown",
+          "paperspace_gpu": "shuts down after 6 h"}
+REPO = "train-anywhere"
 
 
 @pytest.fixture(scope="module")
@@ -46,44 +60,69 @@ def served(tmp_path_factory):
     return ServedRepo(tmp_path_factory.mktemp("github"))
 
 
-def run(platform, workload, served, root, cwd, env, epochs):
-    opened = cwd / f"{workload}.ipynb"
+def open_notebook(platform, workload, served, home) -> Path:
+    """The notebook where the user has it after opening it on this service."""
+    if (platform, workload) in CLONED:
+        clone = home / REPO
+        if not clone.exists():
+            subprocess.run(["git", "clone", "--quiet", f"https://github.com/{REPO}/{REPO}.git",
+                            str(clone)], check=True, env={**os.environ, **served.env})
+        return clone / "notebooks" / platform / f"{workload}.ipynb"
+    opened = home / f"{workload}.ipynb"
     shutil.copy(ROOT / "notebooks" / platform / f"{workload}.ipynb", opened)
-    executed = root / f"executed-{epochs}.ipynb"
-    params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=epochs, **SMALL[workload])
+    return opened
+
+
+def session(opened, workload, served, root, env, name, **more_env):
+    """One session: the notebook run in its folder (Jupyter's kernel starts there)."""
+    executed = root / f"executed-{name}.ipynb"
+    params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=1, **SMALL[workload])
     kernel_env = {**served.env, **env, "TA_CLOUD_ROOT": str(root), "PYTHONPATH": "",
-                  "OMP_NUM_THREADS": "1"}
+                  "OMP_NUM_THREADS": "1", **more_env}
     with mock.patch.dict(os.environ, kernel_env):  # the kernel inherits it
         papermill.execute_notebook(str(opened), str(executed), parameters=params,
-                                   cwd=str(cwd), kernel_name="python3", progress_bar=False)
-    return nbformat.read(executed, as_version=4)
+                                   cwd=str(opened.parent), kernel_name="python3",
+                                   progress_bar=False)
+    nb = nbformat.read(executed, as_version=4)
+    check_clean_outputs(nb)
+    return stream_text(nb)
 
 
 @pytest.mark.parametrize("platform,workload", CASES)
-def test_notebook_runs_in_the_service_keeps_its_run_there_and_resumes(
+def test_each_workload_runs_in_the_service_stops_before_its_limit_and_resumes_there(
         platform, workload, served, tmp_path):
     root = tmp_path / "service"
     root.mkdir()
-    env, cwd, ours = SERVICES[platform](root)
-    cwd.mkdir(parents=True, exist_ok=True)
-    nb = run(platform, workload, served, root, cwd, env, epochs=1)
-    text = stream_text(nb)
-    assert f"from train-anywhere/train-anywhere@main (cloned) at {cwd / 'train-anywhere'}" in text
-    runtime = platform.split("_")[0]
-    assert f"notebook on the {runtime} runtime" in text, text[-2000:]
-    check_clean_outputs(nb)
+    env, home, ours = SERVICES[platform](root)
+    home.mkdir(parents=True, exist_ok=True)
+    opened = open_notebook(platform, workload, served, home)
+    before = set(home.iterdir())
     out = ours / "runs" / workload
-    histories = sorted(out.rglob("metrics.jsonl"))
-    assert histories, f"no metrics.jsonl under {out}"
-    assert [r["epoch"] for r in read_jsonl(histories[0])] == [1]
+
+    text = session(opened, workload, served, root, env, "first", TA_SESSION_HOURS="1e-9")
+    if (platform, workload) in CLONED:
+        assert f"from the checkout at {home / REPO}" in text, text[:2000]
+    else:
+        assert f"from {REPO}/{REPO}@main (cloned) at {home / REPO}" in text, text[:2000]
+    assert f"notebook on the {platform.split('_')[0]} runtime" in text, text[-2000:]
+    stopped = re.findall(r"STOPPED before the session limit \(.*?\): saved at epoch 1, "
+                         r"batch 1 in (\S+)\. To continue: (.*)", text)
+    assert len(stopped) == 1, text[-3000:]
+    run_dir, advice = Path(stopped[0][0]), stopped[0][1]
+    assert out in (run_dir, *run_dir.parents) and ADVICE[platform] in advice
+    assert [p.name for p in (run_dir / "checkpoints").glob("ckpt-*.pt")] == [
+        "ckpt-e0000-b000001.pt"]
+    assert (run_dir / "STOPPED.json").is_file()
     assert (ours / "data").is_dir()  # the sample was written where the service keeps data
-    assert list(out.rglob("checkpoints/*.pt"))
-    # Paperspace reserves folders named `checkpoints` in /notebooks: none of ours is there.
-    assert not [p for p in (root / "notebooks").rglob("checkpoints") if p.is_dir()]
-    if workload != RESUMED:
-        return
-    # Again with one more epoch: the run continues from the service's storage.
-    again = stream_text(run(platform, workload, served, root, cwd, env, epochs=2))
-    assert f"resumed from {out / 'checkpoints'}" in again, again[-2000:]
-    for path in histories:
-        assert [r["epoch"] for r in read_jsonl(path)] == [1, 2], path
+    # Beside the user's files only the clone and our folder (dot folders: Jupyter's own).
+    added = {p.name for p in set(home.iterdir()) - before if not p.name.startswith(".")}
+    assert added <= {REPO, ours.name if ours.parent == home else REPO}, added
+
+    again = session(opened, workload, served, root, env, "second")
+    assert f"resumed from {run_dir / 'checkpoints'}" in again and "at epoch 0, batch 1" in again
+    assert [r["epoch"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [1]
+    assert not (run_dir / "STOPPED.json").exists()
+    assert "STOPPED" not in again
+    if platform == "paperspace_gpu":  # a folder named `checkpoints` in /notebooks is reserved
+        assert not [p for p in (root / "notebooks").rglob(clouds.PAPERSPACE_RESERVED)]
+        assert (root / "notebooks" / REPO / "lib").is_dir()  # the clone is there, and checked
