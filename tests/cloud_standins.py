@@ -39,3 +39,13 @@ def paperspace(root: Path) -> tuple[dict, Path, Path]:
 
 
 SERVICES = {"studiolab_t4": studiolab, "sagemaker_gpu": sagemaker, "paperspace_gpu": paperspace}
+
+
+def fill(folder: Path, nbytes: int, name: str = ".conda/envs/default/lib/libtorch_cuda.so"):
+    """What already takes a service's storage, e.g. a conda environment in the Studio Lab home:
+    a sparse file of `nbytes` (its size counts, as a quota counts it; the disk barely)."""
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(nbytes)
+    return path
