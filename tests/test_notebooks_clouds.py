@@ -126,3 +126,43 @@ def test_each_workload_runs_in_the_service_stops_before_its_limit_and_resumes_th
     if platform == "paperspace_gpu":  # a folder named `checkpoints` in /notebooks is reserved
         assert not [p for p in (root / "notebooks").rglob(clouds.PAPERSPACE_RESERVED)]
         assert (root / "notebooks" / REPO / "lib").is_dir()  # the clone is there, and checked
+
+
+
+@pytest.mark.parametrize("platform,torch,fix", [
+    ("paperspace_gpu", "2.1.1+cu121", "https://download.pytorch.org/whl/cu126"),
+    ("studiolab_t4", "2.0.1", "train-anywhere kernel built from environment.yml"),
+    ("sagemaker_gpu", "2.2.0", "`%pip install -U torch torchvision`"),
+], ids=["paperspace-image", "studiolab", "sagemaker"])
+def test_a_torch_too_old_stops_the_bootstrap_with_one_line_and_the_services_fix(
+        platform, torch, fix, served, tmp_path):
+    """Paperspace's default image ships torch 2.1.1+cu121 (more-clouds.md, 3), older than the
+    project's torch.amp API, so no image lane runs its notebooks; an old kernel elsewhere is
+    the same case. Opened there, the notebook stops in the bootstrap cell with one line and the
+    fix, before pip adds anything beside that torch. The torch's metadata stands in for it."""
+    root = tmp_path / "service"
+    root.mkdir()
+    env, home, _ = SERVICES[platform](root)
+    home.mkdir(parents=True, exist_ok=True)
+    site = tmp_path / "image-site-packages" / f"torch-{torch}.dist-info"
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {torch}\n")
+    opened = open_notebook(platform, "fashion_mnist", served, home)
+    executed = root / "executed.ipynb"
+    kernel_env = {**served.env, **env, "TA_CLOUD_ROOT": str(root),
+                  "PYTHONPATH": str(site.parent), "OMP_NUM_THREADS": "1"}
+    with mock.patch.dict(os.environ, kernel_env), pytest.raises(
+            papermill.PapermillExecutionError) as err:
+        papermill.execute_notebook(str(opened), str(executed), parameters=dict(SMOKE=True),
+                                   cwd=str(opened.parent), kernel_name="python3",
+                                   progress_bar=False)
+    assert err.value.ename == "EnvironmentTooOld"
+    line = err.value.evalue
+    assert line.startswith(f"this kernel has torch {torch}; the project needs torch 2.3 or "
+                           "newer; fix: "), line
+    assert fix in line and "\n" not in line
+    nb = nbformat.read(executed, as_version=4)
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert [o["traceback"] for o in errors] == [[f"EnvironmentTooOld: {line}"]]
+    assert "installing what this runtime lacks" not in stream_text(nb)
