@@ -53,6 +53,15 @@ CLONED = {("studiolab_t4", "fashion_mnist"), ("studiolab_t4", "mamba_spike"),
 ADVICE = {"studiolab_t4": "caps GPU time per day", "sagemaker_gpu": "idle shutdown",
           "paperspace_gpu": "shuts down after 6 h"}
 REPO = "train-anywhere"
+BLOB = f"github/{REPO}/{REPO}/blob/main/notebooks/{{platform}}/{{workload}}.ipynb"
+# The header the user sees: the service's badge, opening this very notebook (paid SageMaker
+# has none: the README's steps and a link to the file).
+BADGE = {"studiolab_t4": "[![Open In SageMaker Studio Lab](https://studiolab.sagemaker.aws/"
+                         "studiolab.svg)](https://studiolab.sagemaker.aws/import/" + BLOB + ")",
+         "paperspace_gpu": "[![Run on Gradient](https://assets.paperspace.io/img/gradient-badge"
+                           ".svg)](https://console.paperspace.com/" + BLOB + ")",
+         "sagemaker_gpu": "[SageMaker Studio / notebook instance](notebooks/{platform}/"
+                          "{workload}.ipynb)"}
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +105,8 @@ def test_each_workload_runs_in_the_service_stops_before_its_limit_and_resumes_th
     env, home, ours = SERVICES[platform](root)
     home.mkdir(parents=True, exist_ok=True)
     opened = open_notebook(platform, workload, served, home)
+    header = nbformat.read(opened, as_version=4).cells[0].source
+    assert header.startswith(BADGE[platform].format(platform=platform, workload=workload))
     before = set(home.iterdir())
     out = ours / "runs" / workload
 
