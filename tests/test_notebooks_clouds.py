@@ -52,6 +52,9 @@ CLONED = {("studiolab_t4", "fashion_mnist"), ("studiolab_t4", "mamba_spike"),
 # What each service's limit line advises (lib.clouds.storage's carry_over).
 ADVICE = {"studiolab_t4": "caps GPU time per day", "sagemaker_gpu": "idle shutdown",
           "paperspace_gpu": "shuts down after 6 h"}
+# What each service keeps between sessions (more-clouds.md, 4; lib/clouds.py's sources).
+KEPT = {"studiolab_t4": "home/studio-lab-user", "sagemaker_gpu": "home/sagemaker-user",
+        "paperspace_gpu": "storage"}
 REPO = "train-anywhere"
 BLOB = f"github/{REPO}/{REPO}/blob/main/notebooks/{{platform}}/{{workload}}.ipynb"
 # The header the user sees: the service's badge, opening this very notebook (paid SageMaker
@@ -109,6 +112,7 @@ def test_each_workload_runs_in_the_service_stops_before_its_limit_and_resumes_th
     assert header.startswith(BADGE[platform].format(platform=platform, workload=workload))
     before = set(home.iterdir())
     out = ours / "runs" / workload
+    assert root / KEPT[platform] in out.parents
 
     text = session(opened, workload, served, root, env, "first", TA_SESSION_HOURS="1e-9")
     if (platform, workload) in CLONED:
@@ -137,7 +141,6 @@ def test_each_workload_runs_in_the_service_stops_before_its_limit_and_resumes_th
     if platform == "paperspace_gpu":  # a folder named `checkpoints` in /notebooks is reserved
         assert not [p for p in (root / "notebooks").rglob(clouds.PAPERSPACE_RESERVED)]
         assert (root / "notebooks" / REPO / "lib").is_dir()  # the clone is there, and checked
-
 
 
 @pytest.mark.parametrize("platform,torch,fix", [
