@@ -6,9 +6,11 @@ TA_CLOUD_ROOT, and GitHub served from this checkout.
 How a user opens a notebook there (more-clouds.md): Studio Lab's badge offers "Clone Entire
 Repo" (the repository lands in /home/studio-lab-user/<repo>, the notebook opens from it) or
 "Copy notebook only" (the notebook alone in the home; the bootstrap clones beside it);
-SageMaker users clone in JupyterLab's Git menu (~/<repo>) or upload the notebook; Paperspace's
-"Run on Gradient" puts the notebook in /notebooks (whether it copies the whole repository is
-unconfirmed: the bootstrap clones it). Both AWS flows are run, on different workloads.
+SageMaker users clone in JupyterLab's Git menu (~/<repo>) or upload the notebook, in a Studio
+space or on a notebook instance (whose Jupyter root is ~/SageMaker, where repositories
+attached at creation are cloned); Paperspace's "Run on Gradient" puts the notebook in
+/notebooks (whether it copies the whole repository is unconfirmed: the bootstrap clones it).
+Each AWS flow is run, on different workloads.
 
 Each case is two sessions of the same notebook, SMOKE on the sample: the first reaches a
 session limit (TA_SESSION_HOURS, shortened) after its first step, stops itself saved in the
@@ -32,7 +34,7 @@ import pytest
 
 from lib import clouds
 from lib.metrics import read_jsonl
-from tests.cloud_standins import SERVICES
+from tests.cloud_standins import SERVICES, sagemaker_instance
 from tests.notebook_run import ROOT, check_clean_outputs, stream_text
 from tests.served_repo import ServedRepo
 
@@ -52,9 +54,11 @@ CLONED = {("studiolab_t4", "fashion_mnist"), ("studiolab_t4", "mamba_spike"),
 # What each service's limit line advises (lib.clouds.storage's carry_over).
 ADVICE = {"studiolab_t4": "caps GPU time per day", "sagemaker_gpu": "idle shutdown",
           "paperspace_gpu": "shuts down after 6 h"}
+# SageMaker's notebook instances (the same notebook) run these; its Studio spaces the others.
+INSTANCE = {("sagemaker_gpu", "optimizer_study"), ("sagemaker_gpu", "mamba_spike")}
 # What each service keeps between sessions (more-clouds.md, 4; lib/clouds.py's sources).
 KEPT = {"studiolab_t4": "home/studio-lab-user", "sagemaker_gpu": "home/sagemaker-user",
-        "paperspace_gpu": "storage"}
+        "paperspace_gpu": "storage", "instance": "home/ec2-user/SageMaker"}
 REPO = "train-anywhere"
 BLOB = f"github/{REPO}/{REPO}/blob/main/notebooks/{{platform}}/{{workload}}.ipynb"
 # The header the user sees: the service's badge, opening this very notebook (paid SageMaker
@@ -105,14 +109,15 @@ def test_each_workload_runs_in_the_service_stops_before_its_limit_and_resumes_th
         platform, workload, served, tmp_path):
     root = tmp_path / "service"
     root.mkdir()
-    env, home, ours = SERVICES[platform](root)
+    instance = (platform, workload) in INSTANCE
+    env, home, ours = (sagemaker_instance if instance else SERVICES[platform])(root)
     home.mkdir(parents=True, exist_ok=True)
     opened = open_notebook(platform, workload, served, home)
     header = nbformat.read(opened, as_version=4).cells[0].source
     assert header.startswith(BADGE[platform].format(platform=platform, workload=workload))
     before = set(home.iterdir())
     out = ours / "runs" / workload
-    assert root / KEPT[platform] in out.parents
+    assert root / KEPT["instance" if instance else platform] in out.parents
 
     text = session(opened, workload, served, root, env, "first", TA_SESSION_HOURS="1e-9")
     if (platform, workload) in CLONED:
