@@ -34,7 +34,7 @@ import pytest
 
 from lib import clouds
 from lib.metrics import read_jsonl
-from tests.cloud_standins import SERVICES, sagemaker_instance
+from tests.cloud_standins import SERVICES, fill, sagemaker_instance
 from tests.notebook_run import ROOT, check_clean_outputs, stream_text
 from tests.served_repo import ServedRepo
 
@@ -185,3 +185,32 @@ def test_a_torch_too_old_stops_the_bootstrap_with_one_line_and_the_services_fix(
               if o.get("output_type") == "error"]
     assert [o["traceback"] for o in errors] == [[f"EnvironmentTooOld: {line}"]]
     assert "installing what this runtime lacks" not in stream_text(nb)
+
+
+def test_studio_labs_full_project_stops_the_download_with_one_line_before_it_starts(
+        served, tmp_path):
+    """Studio Lab's 15 GB project holds the home, conda environments included: CIFAR10-DVS
+    (about 14 GB to download and unpack) cannot fit beside 14 GB already there, so the notebook
+    stops at its data cell with one line (both numbers, what to remove) before tonic writes or
+    fetches anything; a missing check would end in another error (the kernel's web proxy is a
+    closed port: nothing is downloaded either way)."""
+    root = tmp_path / "service"
+    root.mkdir()
+    env, home, ours = SERVICES["studiolab_t4"](root)
+    fill(home, 14 * 10**9)  # the train-anywhere environment, other environments and projects
+    opened = open_notebook("studiolab_t4", "mamba_spike", served, home)
+    params = dict(SMOKE=True, SAMPLE_DATA=False, DATASET="cifar10dvs", EPOCHS=1)
+    closed = "http://127.0.0.1:9"
+    kernel_env = {**served.env, **env, "TA_CLOUD_ROOT": str(root), "PYTHONPATH": "",
+                  "OMP_NUM_THREADS": "1", "http_proxy": closed, "https_proxy": closed}
+    with mock.patch.dict(os.environ, kernel_env), pytest.raises(
+            papermill.PapermillExecutionError) as err:
+        papermill.execute_notebook(str(opened), str(root / "executed.ipynb"), parameters=params,
+                                   cwd=str(home), kernel_name="python3", progress_bar=False)
+    assert err.value.ename == "NoSpace", (err.value.ename, err.value.evalue)
+    line = err.value.evalue
+    assert line.startswith(f"downloading and unpacking CIFAR10DVS needs 14.00 GB at "
+                           f"'{ours / 'data'}' but Studio Lab's 15 GB project storage has "
+                           "1.00 GB free (14.00 GB of 15.00 GB used"), line
+    assert "conda env remove" in line and "\n" not in line
+    assert not (ours / "data" / "CIFAR10DVS").exists()
