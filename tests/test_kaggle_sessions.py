@@ -167,6 +167,12 @@ def test_a_stopped_grid_carries_over_from_the_attached_output_and_finishes(study
         assert [r["epoch"] for r in read_jsonl(grid / cell / "metrics.jsonl")] == [1, 2]
         assert (grid / cell / "DONE.json").is_file() and not (grid / cell / "STOPPED.json").exists()
     assert "3 runs in" in out
+    # The resumed run ends as the same run trained in one session.
+    clean = study_session(tmp_path, "clean", tmp_path / "clean", SEEDS=[1])
+    assert clean[0] == 0, clean[1][-3000:]
+    alone = tmp_path.joinpath("clean", "working", *GRID, CELLS[1], "metrics.jsonl")
+    assert strip_timing(read_jsonl(grid / CELLS[1] / "metrics.jsonl")) == \
+        strip_timing(read_jsonl(alone))
 
 
 def test_an_attached_grid_of_a_changed_experiment_is_refused(study_first, tmp_path):
