@@ -99,6 +99,20 @@ class CloudStorage:
     keeps: str  # what survives the session
     carry_over: str  # how a run gets to the next session
     quota_gb: float | None = None  # the persistent storage's size, when the service says
+    # The folder a quota of quota_gb counts, when the disk's own free space does not show it
+    # (Studio Lab: the home, conda environments and pip installs included). None: the disk
+    # reports its size itself (a SageMaker space's EBS volume, whatever size the admin set).
+    quota_root: Path | None = None
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A service's storage quota that a path counts against (`quota`)."""
+
+    root: Path  # everything under it counts
+    limit: int  # bytes
+    name: str  # e.g. "Studio Lab's 15 GB project storage"
+    fix: str  # how to make room there
 
 
 def storage(runtime: str, environ=None, exists=Path.exists) -> CloudStorage:
@@ -114,7 +128,8 @@ def storage(runtime: str, environ=None, exists=Path.exists) -> CloudStorage:
     if runtime == "studiolab":
         base = root / STUDIOLAB_HOME / WORK
         return CloudStorage(base, base / "runs", "in your Studio Lab project (15 GB, with "
-                            "conda environments); kept between sessions", lab, 15.0)
+                            "conda environments); kept between sessions", lab, 15.0,
+                            root / STUDIOLAB_HOME)
     if runtime == "sagemaker":
         if sagemaker_kind(environ, exists) == "instance":
             base = root / SAGEMAKER_INSTANCE_HOME / WORK
@@ -128,6 +143,27 @@ def storage(runtime: str, environ=None, exists=Path.exists) -> CloudStorage:
         return CloudStorage(base, base / "runs", "in /storage (persistent, shared by your "
                             "team); kept after the auto-shutdown", free)
     raise ValueError(f"not one of these clouds: {runtime!r}; expected one of {RUNTIMES}")
+
+
+def quota(path: Path, environ=None) -> Quota | None:
+    """The quota `path` counts against on this service, if one applies there: Studio Lab's
+    15 GB project storage holds the whole home, conda environments and pip installs included
+    (AWS docs studio-lab-overview.md, studio-lab-use-manage.md; aws/studio-lab-examples#167)."""
+    environ = os.environ if environ is None else environ
+    runtime = detect(environ)
+    if runtime is None:
+        return None
+    roles = storage(runtime, environ)
+    if roles.quota_root is None or roles.quota_gb is None:
+        return None
+    path = Path(os.path.abspath(path))
+    if path != roles.quota_root and roles.quota_root not in path.parents:
+        return None
+    return Quota(roles.quota_root, int(roles.quota_gb * 1e9),
+                 f"Studio Lab's {roles.quota_gb:g} GB project storage",
+                 "make room there (conda environments and pip installs count: `du -sh "
+                 "~/.conda/envs/* ~/*` lists the largest, `conda env remove -n NAME` removes "
+                 "an environment), or train on a smaller dataset")
 
 
 def check_out_dir(out_dir: Path, runtime: str, environ=None) -> None:

@@ -164,18 +164,26 @@ def _epochs(run_dir: Path) -> int:
         return 0
 
 
+def attached_runs(roots: list[Path], workload: str, run_settings: frozenset[str]
+                  ) -> list[tuple[Path, dict]]:
+    """(folder, recorded experiment) of each attached run folder of `workload`."""
+    found = []
+    for root in roots:
+        for folder in _run_folders(Path(root), CARRY_DEPTH):
+            old = recorded(folder, run_settings) or {}
+            if old.get("workload") == workload:
+                found.append((folder, old))
+    return found
+
+
 def find_attached(roots: list[Path], identity: dict, run_settings: frozenset[str]
                   ) -> tuple[Path | None, list[tuple[Path, list]]]:
     """(the attached run folder of this experiment with the most epochs, or None; the
     attached runs of the same workload with other defining parameters, with their changes)."""
     same, other = [], []
-    for root in roots:
-        for folder in _run_folders(Path(root), CARRY_DEPTH):
-            old = recorded(folder, run_settings) or {}
-            if old.get("workload") != identity.get("workload"):
-                continue
-            diff = changes(old, identity)
-            (other.append((folder, diff)) if diff else same.append(folder))
+    for folder, old in attached_runs(roots, identity.get("workload"), run_settings):
+        diff = changes(old, identity)
+        (other.append((folder, diff)) if diff else same.append(folder))
     return max(same, key=_epochs, default=None), other
 
 
@@ -219,3 +227,43 @@ def carry_over(out_dir: Path, roots: list[Path], identity: dict,
             "set OUT_DIR to a new folder.")
     return ("no earlier run of this experiment in OUT_DIR or the attached inputs: training "
             f"starts at epoch 1. To continue it in a later session: {how}.")
+
+
+def carry_over_grid(out_dir: Path, roots: list[Path], runs: list[tuple[str, dict]],
+                    run_settings: frozenset[str], how: str) -> str | None:
+    """`carry_over` for a grid (`runs`: each cell's folder relative to OUT_DIR and its
+    experiment): every cell whose folder holds no training takes the attached run of its
+    experiment, finished or not. An attached cell of a changed experiment (a folder of the
+    cell's name with other defining parameters) is refused before anything is copied.
+    Returns the one line to say, or None when OUT_DIR's cells hold training and none is
+    carried."""
+    out_dir = Path(out_dir)
+    empty = [(rel, identity) for rel, identity in runs if not holds_training(out_dir / rel)]
+    if not empty:
+        return None
+    attached = attached_runs(roots, empty[0][1].get("workload"), run_settings)
+    plan = []
+    for rel, identity in empty:
+        same = [folder for folder, old in attached if not changes(old, identity)]
+        if same:
+            plan.append((max(same, key=_epochs), out_dir / rel))
+            continue
+        for folder, old in attached:
+            if folder.name == Path(rel).name:
+                raise ExperimentChanged(
+                    f"the attached run {str(folder)!r} is the grid's run {rel} with other "
+                    f"defining parameters: {describe(changes(old, identity))}; no run was "
+                    "carried over. To resume the grid, restore those values; to start afresh, "
+                    "remove that input from the notebook or set OUT_DIR to a new folder.")
+    for source, target in plan:
+        copy_in(source, target)
+    if plan:
+        finished = sum((source / "DONE.json").is_file() for source, _ in plan)
+        sources = sorted({str(source.parent) for source, _ in plan})
+        return (f"carried over {len(plan)} of the grid's {len(runs)} runs ({finished} "
+                f"finished) from {', '.join(sources)} into {out_dir}; finished runs are "
+                "skipped, the others resume from their newest checkpoints")
+    if len(empty) < len(runs):
+        return None  # this session's OUT_DIR already holds runs of the grid
+    return ("no earlier run of this grid in OUT_DIR or the attached inputs: every run starts "
+            f"at epoch 1. To continue the grid in a later session: {how}.")

@@ -53,7 +53,9 @@ def _config_spec(s: Session) -> dict:
 
 def _session_from_spec(spec: dict, dist: Dist) -> Session:
     cfg = _resolve(spec["class"])(**spec["params"])
-    return start(cfg, runtime=spec["runtime"], dist=dist, announce=False, grid=False)
+    # the launching session carried any attached run over already
+    return start(cfg, runtime=spec["runtime"], dist=dist, announce=False, grid=False,
+                 carry=False)
 
 
 def launch(train_fn: TrainFn, s: Session, nprocs: int | None = None,

@@ -172,11 +172,13 @@ def where_line(data_dir: Path, out_dir: Path, roles: Storage, clock: Clock) -> s
 
 
 def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
-          announce: bool = True, grid: bool | None = None) -> Session:
+          announce: bool = True, grid: bool | None = None, carry: bool = True) -> Session:
     """Choose the device and resolve the run's settings; the main process says what it chose
     (unless `announce` is False: a grid of runs says it once). `grid` (default: the
     workload's GRID) makes OUT_DIR the root of a grid whose cells are checked here and
-    recorded when each trains."""
+    recorded when each trains. On a platform whose durable folder starts empty in each
+    session (Kaggle), a run or grid of this experiment found in the attached inputs is
+    carried into OUT_DIR first, unless `carry` is False (a grid's cell: the grid did)."""
     dist = dist or Dist()
     grid = cfg.GRID if grid is None else grid
     platform = get_platform(cfg.platform)
@@ -192,9 +194,14 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
     batch = cfg.resolved_batch_size()
     if cfg.smoke:
         batch = min(batch, SMOKE_MAX_BATCH)
-    if dist.main and roles.session_bound and cfg.resume != "new" and not grid:
-        line = experiment.carry_over(out_dir, input_roots(runtime), cfg.identity(batch * devices),
-                                     cfg.run_settings(), roles.carry_over)
+    if dist.main and roles.session_bound and cfg.resume != "new" and carry:
+        args = (input_roots(runtime),)
+        if grid:  # every cell of the grid; its cells' own sessions carry nothing (carry=False)
+            line = experiment.carry_over_grid(out_dir, *args, cfg.experiments(batch * devices),
+                                              cfg.run_settings(), roles.carry_over)
+        else:
+            line = experiment.carry_over(out_dir, *args, cfg.identity(batch * devices),
+                                         cfg.run_settings(), roles.carry_over)
         if line:
             print(line)
     out_dir = _run_folder(cfg, out_dir, batch * devices, grid, dist)

@@ -29,6 +29,20 @@ def sagemaker(root: Path) -> tuple[dict, Path, Path]:
     return env, home, home / "train-anywhere-work"
 
 
+def sagemaker_instance(root: Path) -> tuple[dict, Path, Path]:
+    """A notebook instance: Jupyter runs as ec2-user with its root at ~/SageMaker, the only
+    folder kept over a stop, where repositories attached at creation are cloned; the metadata
+    file's ResourceArn names the instance (AWS docs howitworks-create-ws.md, nbi-metadata.md).
+    No SAGEMAKER_APP_TYPE: that is Studio's."""
+    home = root / "home/ec2-user"
+    meta = root / "opt/ml/metadata/resource-metadata.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"ResourceArn": "arn:aws:sagemaker:us-east-1:1:"
+                                "notebook-instance/mine", "ResourceName": "mine"}))
+    return {"HOME": str(home), "USER": "ec2-user"}, home / "SageMaker", (
+        home / "SageMaker/train-anywhere-work")
+
+
 def paperspace(root: Path) -> tuple[dict, Path, Path]:
     """A Paperspace notebook: root user, /notebooks (the file manager), /storage, /datasets."""
     for name in ("notebooks", "storage", "datasets", "root"):
@@ -39,3 +53,13 @@ def paperspace(root: Path) -> tuple[dict, Path, Path]:
 
 
 SERVICES = {"studiolab_t4": studiolab, "sagemaker_gpu": sagemaker, "paperspace_gpu": paperspace}
+
+
+def fill(folder: Path, nbytes: int, name: str = ".conda/envs/default/lib/libtorch_cuda.so"):
+    """What already takes a service's storage, e.g. a conda environment in the Studio Lab home:
+    a sparse file of `nbytes` (its size counts, as a quota counts it; the disk barely)."""
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(nbytes)
+    return path

@@ -21,7 +21,7 @@ import pytest
 
 import build_notebooks as bn
 import lib
-from lib.platforms import PLATFORMS
+from lib.platforms import PLATFORMS, storage
 from tests.notebook_run import ROOT, stream_text
 from tests.served_repo import ServedRepo, git
 
@@ -89,6 +89,23 @@ def test_a_fresh_folder_clones_the_rendered_ref_and_runs_it(tmp_path, served):
     text = stream_text(nb)
     assert (f"bootstrap: train-anywhere {lib.__version__} at commit {served.head()[:12]} from "
             f"train-anywhere/train-anywhere@main (cloned) at {clone.resolve()}") in text
+
+
+def test_on_kaggle_the_clone_lands_on_scratch_not_in_the_output(tmp_path, served):
+    """/kaggle/working is what a version keeps as its output (20 GB, kaggle.com/docs/notebooks):
+    a fresh Kaggle kernel starts there, and the clone goes to the scratch role instead."""
+    kaggle = tmp_path / "kaggle"
+    working = kaggle / "working"
+    working.mkdir(parents=True)
+    env = {**served.env, "KAGGLE_KERNEL_RUN_TYPE": "Batch", "TA_KAGGLE_ROOT": str(kaggle)}
+    nb = run(render_probe(tmp_path, "kaggle_t4x2"), working, env)
+    with mock.patch.dict(os.environ, {"TA_KAGGLE_ROOT": str(kaggle)}):
+        clone = storage("kaggle").scratch / "train-anywhere"
+    assert clone.is_relative_to(kaggle) and not clone.is_relative_to(working)
+    assert imported_from(nb) == clone.resolve()
+    assert git("rev-parse", "HEAD", cwd=clone) == served.head()
+    assert [p.name for p in working.iterdir()] == []
+    assert f"(cloned) at {clone.resolve()}" in stream_text(nb)
 
 
 def test_a_clone_at_another_commit_is_moved_to_the_rendered_ref(tmp_path, served):

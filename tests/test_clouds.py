@@ -2,7 +2,9 @@
 too-old Python / torch, each against the service's documented environment (lib/clouds.py)."""
 
 import json
+import os
 import subprocess
+from collections import namedtuple
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from lib import bootstrap, clouds
 from lib.device import Probe, choose_device, shm_workers
 from lib.errors import DeviceError, OutDirError
 from lib.platforms import default_dirs, detect_runtime, get_platform
+from tests.cloud_standins import fill
 
 ROOT = Path(__file__).resolve().parent.parent
 T4 = dict(cuda=True, cuda_name="Tesla T4", capability=(7, 5), cuda_count=1,
@@ -178,8 +181,6 @@ def test_python_too_old_message_elsewhere_names_the_sagemaker_kernel(tmp_path):
     line = bootstrap.python_problem((3, 10), env(tmp_path, SAGEMAKER_APP_TYPE="JupyterLab"))
     assert "sagemaker-distribution" in line and "3.10" in line
 
-
-
 def test_an_8_gb_gpu_gets_half_the_t4_batch_and_the_study_keeps_its_global_batch():
     """Paperspace's free GPUs have 8 GB: each workload's default batch is halved there (the
     workload's own BATCH_SIZES, scaled by the platform), except the optimizer study's 128."""
@@ -190,3 +191,42 @@ def test_an_8_gb_gpu_gets_half_the_t4_batch_and_the_study_keeps_its_global_batch
         assert config.default_batch("paperspace_gpu") * 2 == config.default_batch("colab_t4")
     study = get("optimizer_study").config
     assert study.default_batch("paperspace_gpu") == study.default_batch("colab_t4") == 128
+
+
+def test_studio_lab_checks_a_download_against_its_15_gb_quota_not_the_disk(tmp_path,
+                                                                           monkeypatch):
+    """Studio Lab's home is 15 GB, conda environments and pip installs included: a download
+    that the disk behind it would hold but the quota would not stops first with one line (both
+    numbers, Studio Lab's fix); with room in the quota it goes ahead."""
+    import tonic
+
+    from lib.data import events, space
+
+    home = tmp_path / "home/studio-lab-user"
+    monkeypatch.setenv("TA_CLOUD_ROOT", str(tmp_path))
+    monkeypatch.setenv("HOME", str(home))
+    usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(space.shutil, "disk_usage", lambda p: usage(10**13, 0, 10**12))
+    env = fill(home, 10 * 10**9)  # a 10 GB conda environment
+    (home / ".conda/pkgs").mkdir()
+    os.link(env, home / ".conda/pkgs/libtorch_cuda.so")  # conda's package cache: counted once
+    called = []
+    monkeypatch.setattr(tonic.datasets.DVSGesture, "__init__",
+                        lambda self, *a, **k: called.append(1) or (_ for _ in ()).throw(
+                            RuntimeError("download failed")))
+    data, _ = default_dirs("mamba_spike", "studiolab")
+    with pytest.raises(space.NoSpace) as err:
+        events.load_events("dvsgesture", data, True)
+    line = err.value.one_line()
+    assert "downloading and unpacking DVSGesture needs 8.00 GB" in line, line
+    assert (f"Studio Lab's 15 GB project storage has 5.00 GB free (10.00 GB of 15.00 GB used "
+            f"under {home})") in line, line
+    assert "conda env remove" in line and "\n" not in line and called == []
+    env.unlink()  # the environment and the cache removed: the download goes ahead
+    (home / ".conda/pkgs/libtorch_cuda.so").unlink()
+    with pytest.raises(FileNotFoundError, match="downloading it failed"):
+        events.load_events("dvsgesture", data, True)
+    assert called == [1]
+    # Outside the home (or off Studio Lab) only the disk counts.
+    assert space.free_bytes(tmp_path / "elsewhere") == 10**12
+    assert clouds.quota(home / "x", {"TA_CLOUD_ROOT": str(tmp_path), "HOME": "/root"}) is None

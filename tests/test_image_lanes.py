@@ -25,7 +25,7 @@ import pytest
 
 from lib import workloads
 from lib.metrics import read_jsonl
-from lib.platforms import PLATFORMS
+from lib.platforms import PLATFORMS, storage
 from tests import lanes
 from tests.cloud_standins import SERVICES
 from tests.notebook_run import FAKES, ROOT, stream_text
@@ -108,6 +108,8 @@ def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path)
     else:  # Kaggle's defaults are under /kaggle: the stand-in's /kaggle is a temp folder
         env.update(KAGGLE_KERNEL_RUN_TYPE="Interactive", TA_KAGGLE_ROOT=str(tmp_path))
         out_dir = tmp_path / "working" / "runs" / workload
+        content = tmp_path / "working"  # where a Kaggle kernel starts
+        content.mkdir()
     if profile.accelerator == "xla":
         env["PJRT_DEVICE"] = "CPU"
     executed = tmp_path / "executed.ipynb"
@@ -122,7 +124,14 @@ def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path)
     repeated = {ln for ln in lines if lines.count(ln) > 3 and "epoch" not in ln.lower()}
     assert not repeated, repeated
     assert "requires jax/pallas" not in text
-    assert f"from train-anywhere/train-anywhere@main (cloned) at {content.resolve()}" in text
+    # The clone lands in the runtime's folder; on Kaggle on scratch (lib.platforms.storage),
+    # since /kaggle/working is the version's output.
+    with mock.patch.dict(os.environ, env):
+        clone_home = storage("kaggle").scratch if profile.runtime == "kaggle" else content
+    clone = (clone_home / "train-anywhere").resolve()
+    assert f"from train-anywhere/train-anywhere@main (cloned) at {clone}" in text
+    if profile.runtime == "kaggle":  # the output keeps results only
+        assert sorted(p.name for p in content.iterdir()) == ["runs"]
     assert f"bootstrap: this runtime matches the {IMAGES[image]['title']} image" in text
     assert ("every requirement is already installed" in text or
             "bootstrap: installing what this runtime lacks" in text)

@@ -105,20 +105,83 @@ def test_an_attached_run_of_a_changed_experiment_is_refused(first, tmp_path):
     assert not root.joinpath("working", *RUN, "checkpoints").exists()
 
 
-def test_a_study_grid_stopped_by_the_limit_marks_no_run_finished(tmp_path):
-    """A run of the optimizer study stopped before the limit gets no DONE.json (it is not
-    finished), the grid goes no further, and the notebook still ends normally."""
-    study = dict(PLATFORM="kaggle_p100", DEVICE="cpu", SMOKE=True, SAMPLE_DATA=True, EPOCHS=2,
-                 SMOKE_BATCHES=2, BATCH_SIZE=8, OPTIMIZERS=["adamw"], SEEDS=[0, 1])
-    script = notebook_script("optimizer_study", study, tmp_path / "study.py")
+STUDY = dict(PLATFORM="kaggle_p100", DEVICE="cpu", SMOKE=True, SAMPLE_DATA=True, EPOCHS=2,
+             SMOKE_BATCHES=2, BATCH_SIZE=8, OPTIMIZERS=["adamw"], SEEDS=[0, 1, 2])
+GRID = ("runs", "optimizer_study")  # the grid's OUT_DIR under /kaggle/working
+CELLS = [f"cifar10-adamw-seed{seed}-sym0.2" for seed in (0, 1, 2)]
+
+
+def study_session(tmp_path, name, root, limit_h=None, **changes):
+    """The optimizer study as a Kaggle batch session with /kaggle at `root`; (rc, output)."""
+    script = notebook_script("optimizer_study", dict(STUDY, **changes), tmp_path / f"{name}.py")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TA_")}
-    env.update(KAGGLE_KERNEL_RUN_TYPE="Batch", TA_KAGGLE_ROOT=str(tmp_path / "k"),
-               MPLBACKEND="Agg", TA_SESSION_HOURS="1e-9")
+    env.update(KAGGLE_KERNEL_RUN_TYPE="Batch", TA_KAGGLE_ROOT=str(root), MPLBACKEND="Agg",
+               **({"TA_SESSION_HOURS": repr(limit_h)} if limit_h else {}))
     proc = subprocess.run([sys.executable, str(script)], env=env, cwd=ROOT, timeout=600,
                           capture_output=True, text=True)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    grid = tmp_path / "k" / "working" / "runs" / "optimizer_study"
-    runs = sorted(p for p in grid.iterdir() if p.is_dir())
-    assert len(runs) == 1 and (runs[0] / "STOPPED.json").is_file()
-    assert not list(grid.rglob("DONE.json"))
-    assert "0 runs in" in proc.stdout  # the results cell, with no finished run
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def study_first(tmp_path_factory):
+    """A first session's output: the grid's first run finished (by a session of SEEDS [0]),
+    then a session of the whole grid stopped by its limit after one step of the second run."""
+    tmp = tmp_path_factory.mktemp("study")
+    done = study_session(tmp, "seed0", tmp / "k", SEEDS=[0])
+    stopped = study_session(tmp, "grid", tmp / "k", limit_h=1e-9)
+    return tmp, done, stopped
+
+
+def test_a_study_grid_stopped_by_the_limit_marks_no_run_finished(study_first):
+    """A run of the optimizer study stopped before the limit gets no DONE.json (it is not
+    finished), the grid goes no further, and the notebook still ends normally."""
+    tmp, (rc0, out0), (rc, out) = study_first
+    assert rc0 == 0, out0[-3000:]
+    assert "no earlier run of this grid" in out0 and "Save Version again" in out0
+    assert rc == 0, out[-3000:]
+    grid = tmp.joinpath("k", "working", *GRID)
+    assert sorted(p.name for p in grid.iterdir() if p.is_dir()) == CELLS[:2]
+    assert (grid / CELLS[1] / "STOPPED.json").is_file()
+    assert [p.parent.name for p in grid.rglob("DONE.json")] == CELLS[:1]
+    assert "1 runs in" in out  # the results cell: the finished run only
+
+
+def test_a_stopped_grid_carries_over_from_the_attached_output_and_finishes(study_first,
+                                                                           tmp_path):
+    tmp, _, (rc, _) = study_first
+    assert rc == 0
+    root = tmp_path / "k2"
+    src = attach(tmp / "k", root, "notebooks", "someone", "optimizer-study")
+    rc, out = study_session(tmp_path, "second", root)
+    assert rc == 0, out[-3000:]
+    assert (f"carried over 2 of the grid's 3 runs (1 finished) from {src.joinpath(*GRID)}"
+            in out), out[-3000:]
+    assert f"[1/3] {CELLS[0]}: finished earlier, skipped" in out
+    assert f"[2/3] {CELLS[1]}: resuming" in out and "at epoch 0, batch 1" in out
+    assert f"[3/3] {CELLS[2]}: training" in out
+    grid, before = root.joinpath("working", *GRID), src.joinpath(*GRID)
+    # The finished run is kept as it was, not trained again; the others end finished.
+    assert (grid / CELLS[0] / "DONE.json").read_text() == \
+        (before / CELLS[0] / "DONE.json").read_text()
+    for cell in CELLS[1:]:
+        assert [r["epoch"] for r in read_jsonl(grid / cell / "metrics.jsonl")] == [1, 2]
+        assert (grid / cell / "DONE.json").is_file() and not (grid / cell / "STOPPED.json").exists()
+    assert "3 runs in" in out
+    # The resumed run ends as the same run trained in one session.
+    clean = study_session(tmp_path, "clean", tmp_path / "clean", SEEDS=[1])
+    assert clean[0] == 0, clean[1][-3000:]
+    alone = tmp_path.joinpath("clean", "working", *GRID, CELLS[1], "metrics.jsonl")
+    assert strip_timing(read_jsonl(grid / CELLS[1] / "metrics.jsonl")) == \
+        strip_timing(read_jsonl(alone))
+
+
+def test_an_attached_grid_of_a_changed_experiment_is_refused(study_first, tmp_path):
+    tmp, _, (rc, _) = study_first
+    assert rc == 0
+    root = tmp_path / "k3"
+    attach(tmp / "k", root, "optimizer-study")  # the older layout
+    rc, out = study_session(tmp_path, "changed", root, LR=0.5)
+    assert rc != 0
+    assert "ExperimentChanged: the attached run" in out and "-> 0.5" in out, out[-2000:]
+    grid = root.joinpath("working", *GRID)
+    assert not grid.exists() or not any(p.is_dir() for p in grid.iterdir())

@@ -165,7 +165,8 @@ def cell_session(s: Session, spec: GridCell) -> Session:
     checked by the grid's session, and RESUME already applied to the grid's root)."""
     cfg = s.cfg.cell(spec.optimizer, spec.seed, out_dir=str(spec.dir(s.out_dir)),
                      resume="auto")
-    return session.start(cfg, runtime=s.runtime, dist=s.dist, announce=False, grid=False)
+    return session.start(cfg, runtime=s.runtime, dist=s.dist, announce=False, grid=False,
+                         carry=False)
 
 
 def datasets(s: Session, seed: int | None = None):
