@@ -27,7 +27,8 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from bench.bench_gpu import _cases, step_flops
+from bench import bench_gpu
+from bench.bench_gpu import step_flops
 from bench.common import load_average, median
 from lib.data import fashion
 from lib.data.cifar import STATS
@@ -102,7 +103,7 @@ def measure(name: str, folder: Path, batch: int, n: int, repeats: int) -> dict:
 
 def demand(rows: list[dict]) -> list[dict]:
     """Per workload and GPU: host samples/s (before, after) over the GPU's samples/s."""
-    cases = {c.name.split()[0]: c for c in _cases()}
+    cases = {c.name.split()[0]: c for c in bench_gpu._cases()}  # looked up when called
     out = []
     for r in rows:
         case = cases["fashion_mnist" if r["workload"] == "fashion_mnist" else "cifar10"]
