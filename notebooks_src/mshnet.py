@@ -27,7 +27,9 @@
 # * Colab: unpack it into `MyDrive/train-anywhere/data/` on your Drive;
 # * Kaggle: attach the dataset (*Add Input*); it appears under `/kaggle/input`, where
 #   `DATA_DIR = None` looks;
-# * locally: `./data/`, or set `DATA_DIR`.
+# * locally: `./data/`, or set `DATA_DIR`;
+# * Studio Lab, SageMaker, Paperspace: the folder the `data in ...` line names (printed after
+#   the device line, on the storage the service keeps), or set `DATA_DIR`.
 #
 # * **Resume is automatic**: re-run the notebook after a disconnect and training continues
 #   from the newest checkpoint in `OUT_DIR` (on Colab that folder is on your Drive).
