@@ -4,6 +4,7 @@ too-old Python / torch, each against the service's documented environment (lib/c
 import json
 import os
 import subprocess
+import tomllib
 from collections import namedtuple
 from pathlib import Path
 
@@ -140,6 +141,11 @@ def test_too_old_python_is_one_line_naming_environment_yml(tmp_path):
     assert spec["name"] == "train-anywhere" and "ipykernel" in spec["dependencies"]
     python = next(d for d in spec["dependencies"] if str(d).startswith("python="))
     assert tuple(map(int, python.split("=")[1].split("."))) >= bootstrap.MIN_PYTHON
+    # The environment is the lane CI tests Studio Lab's notebooks in (images.toml), not newer.
+    lane = tomllib.loads((ROOT / "images.toml").read_text())["images"]["sagemaker_distribution"]
+    (pip,) = [d["pip"] for d in spec["dependencies"] if isinstance(d, dict)]
+    assert python == f"python={lane['python']}"
+    assert {f"{k}=={lane['pins'][k]}" for k in ("torch", "torchvision")} <= set(pip)
 
 
 def test_a_real_python_39_stops_at_the_bootstrap_import_with_that_line(tmp_path):
