@@ -215,7 +215,8 @@ def torch_problem(runtime: str, version=importlib.metadata.version) -> str | Non
     if runtime == "paperspace":  # its default image ships torch 2.1.1 (more-clouds.md, 3)
         # cu126 keeps kernels for its M4000 / P4000 (sm_52 / sm_61) as for an RTX or A4000
         fix = ('`pip install "torch==2.14.1" "torchvision==0.29.1" --index-url '
-               "https://download.pytorch.org/whl/cu126`, then Kernel > Restart Kernel")
+               "https://download.pytorch.org/whl/cu126`, then Kernel > Restart Kernel "
+               "(again in each new session: installs do not outlive the container)")
     elif runtime == "studiolab":
         fix = ("use the train-anywhere kernel built from environment.yml (Kernel > Change "
                "Kernel), or `%pip install torch torchvision` and restart the kernel")

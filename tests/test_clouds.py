@@ -167,7 +167,8 @@ def test_a_real_python_39_stops_at_the_bootstrap_import_with_that_line(tmp_path)
 
 
 @pytest.mark.parametrize("runtime,have,fix", [
-    ("paperspace", "2.1.1+cu121", "whl/cu126"),  # Paperspace's default image
+    # Paperspace's default image; the container (and the install) is gone after a shutdown
+    ("paperspace", "2.1.1+cu121", "whl/cu126`, then Kernel > Restart Kernel (again in each new"),
     ("studiolab", None, "environment.yml"),
     ("sagemaker", "2.2.0", "pip install -U torch torchvision"),
 ])
