@@ -83,7 +83,7 @@ def served(tmp_path_factory):
 
 @pytest.mark.parametrize("image,platform,workload", CASES)
 def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path):
-    python, profile = lane_python(image), PLATFORMS[platform]
+    profile = PLATFORMS[platform]
     opened = tmp_path / "opened" / f"{workload}.ipynb"  # where the user opened it from
     opened.parent.mkdir()
     shutil.copy(ROOT / "notebooks" / platform / f"{workload}.ipynb", opened)
@@ -143,7 +143,9 @@ def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path)
         assert all(math.isfinite(v) for r in rows for k, v in r.items()
                    if k.endswith("loss") and isinstance(v, float))
         assert rows[-1]["device"] == ("xla" if profile.accelerator == "xla" else "cpu")
-    assert str(python)  # the kernel ran in the lane (its kernelspec names this interpreter)
+    # the kernel ran in the lane: the bootstrap read the lane's own Python and torch
+    pins = IMAGES[image]["pins"]
+    assert f"(Python {IMAGES[image]['python']}, torch {pins['torch']})" in text
 
 
 @pytest.mark.parametrize("image", list(RUN))
