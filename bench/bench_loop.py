@@ -40,7 +40,7 @@ from lib.workloads.fashion_mnist import FashionConfig, build_task
 BATCH, STEPS, SEED = 128, 468, 1  # a real epoch: 60,000 // 128 steps
 REPEATS = 5  # run-to-run noise here is ~+-4%: five pairs put the median within ~2%
 VARIANTS = ("bare", "fit")
-PLATFORM_OF = {"cpu": "colab_t4", "cuda": "colab_t4", "mps": "local_mps"}
+PLATFORM_OF = {"cpu": "colab_t4", "cuda": "colab_t4", "mps": "local"}
 
 
 def bare_loop(model, optimizer, scheduler, train_set, test_set, batch: int, epochs: int,

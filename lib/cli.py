@@ -46,7 +46,7 @@ from lib.params import (
 )
 from lib.sweep import add_sweep_parser
 
-DEFAULT_PLATFORM = "local_mps"  # the local notebook: CUDA, MPS or the CPU, whatever is here
+DEFAULT_PLATFORM = "local"  # the local notebook: CUDA, MPS or the CPU, whatever is here
 
 
 # Commands --------------------------------------------------------------------------------

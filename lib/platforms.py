@@ -58,7 +58,8 @@ PLATFORMS: dict[str, Platform] = {
         # says so); the notebook stays for the sm_60 preflight and for older pushes.
         Platform("kaggle_p100", "Kaggle P100", "kaggle", "cuda", "Tesla P100", 12.0, 2,
                  status="retired on Kaggle: runs on a T4"),
-        Platform("local_mps", "Local Mac (MPS)", "local", "mps", "Apple Silicon", None, 0),
+        Platform("local", "Local (this machine: CUDA, MPS or CPU)", "local", "mps",
+                 "Apple Silicon", None, 0),
         # Multi-device: one process per device, BATCH_SIZE per device.
         Platform("kaggle_t4x2", "Kaggle T4 x2", "kaggle", "cuda", "2 x Tesla T4", 12.0, 2,
                  devices=2),

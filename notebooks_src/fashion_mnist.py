@@ -20,7 +20,7 @@
 #   small offline sample in the real file format instead of downloading the dataset.
 
 # %% tags=["parameters"]
-PLATFORM = "local_mps"  # which notebook this is (written by build_notebooks.py)
+PLATFORM = "local"  # which notebook this is (written by build_notebooks.py)
 DEVICE = "auto"  # "auto", "cuda", "xla", "mps" or "cpu"
 DATA_DIR = None  # None: the platform's data folder (/content on Colab), ./data locally
 OUT_DIR = None  # None: Drive on Colab, /kaggle/working on Kaggle, ./runs locally

@@ -37,7 +37,7 @@
 #   small offline sample (64 px, a few bright targets on clutter) in the real layout.
 
 # %% tags=["parameters"]
-PLATFORM = "local_mps"  # which notebook this is (written by build_notebooks.py)
+PLATFORM = "local"  # which notebook this is (written by build_notebooks.py)
 DEVICE = "auto"  # "auto", "cuda", "xla", "mps" or "cpu"
 DATA_DIR = None  # None: found under /kaggle/input or Drive's train-anywhere/data
 OUT_DIR = None  # None: Drive on Colab, /kaggle/working on Kaggle, ./runs locally

@@ -321,7 +321,7 @@ def _first_session(workload: str, params: dict) -> None:
     module = importlib.import_module(f"lib.workloads.{workload}")
     cls = next(v for v in vars(module).values()
                if isinstance(v, type) and getattr(v, "WORKLOAD", None) == workload)
-    cfg = cls.from_params(dict(PLATFORM="local_mps", DEVICE="cpu", **params))
+    cfg = cls.from_params(dict(PLATFORM="local", DEVICE="cpu", **params))
     s = session.start(cfg, announce=False)
     runs = [s.out_dir / rel for rel, _ in cfg.experiments(s.global_batch)] if cfg.GRID else [
         s.out_dir]

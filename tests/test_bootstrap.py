@@ -49,7 +49,7 @@ def test_every_platform_on_an_image_finds_its_committed_lock():
     for name in ("colab_t4", "colab_tpu", "kaggle_p100", "kaggle_t4x2", "kaggle_tpu"):
         lock = bootstrap.image_lock(name, root)
         assert lock is not None and "snntorch==" in lock.read_text(), name
-    assert bootstrap.image_lock("local_mps", root) is None
+    assert bootstrap.image_lock("local", root) is None
 
 
 def test_nothing_is_installed_when_everything_is_there():
@@ -71,7 +71,7 @@ def test_local_prepare_sets_the_mps_fallback_and_changes_to_the_project(tmp_path
     env = {}
     monkeypatch.chdir(tmp_path)
     root = os.getcwd()
-    assert bootstrap.prepare("local_mps", tmp_path, environ=env) == "local"
+    assert bootstrap.prepare("local", tmp_path, environ=env) == "local"
     assert env["PYTORCH_ENABLE_MPS_FALLBACK"] == "1"
     assert os.getcwd() == root
 
@@ -101,7 +101,7 @@ def test_a_hosted_runtime_is_compared_with_the_image_it_was_tested_on():
     assert note.startswith("bootstrap: this runtime differs from the Kaggle TPU image as read "
                            "2026-11: torch 2.12.0 (tested: 2.8.0), torchvision 0.27.0 (tested: "
                            "0.23.0); if something fails, that is the first suspect")
-    assert bootstrap.tested_image_note("local_mps", ROOT) == ""
+    assert bootstrap.tested_image_note("local", ROOT) == ""
 
 
 def test_finish_names_the_outputs_but_not_the_hidden_bookkeeping(tmp_path, capsys):

@@ -30,7 +30,7 @@ CFG = {"repository": "train-anywhere/train-anywhere", "branch": "main",
        "kaggle_user": "train-anywhere", "version": lib.__version__}
 PROBE = '''\
 # %% tags=["parameters"]
-PLATFORM = "local_mps"
+PLATFORM = "local"
 SMOKE = False
 
 # %%
@@ -181,7 +181,7 @@ def test_papermill_inject_input_path_finds_the_checkout(tmp_path):
     notebook = render_probe(tmp_path)
     offline = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "url.file:///nonexistent/.insteadOf",
                "GIT_CONFIG_VALUE_0": "https://github.com/"}
-    inside = ROOT / "notebooks" / "local_mps" / "fashion_mnist.ipynb"
+    inside = ROOT / "notebooks" / "local" / "fashion_mnist.ipynb"
     nb = run(notebook, folder, offline, PAPERMILL_INPUT_PATH=str(inside))
     assert imported_from(nb) == ROOT
     assert f"from the checkout at {ROOT}" in stream_text(nb)
@@ -192,7 +192,7 @@ def test_papermill_from_another_folder_runs_the_checkout_it_was_given(tmp_path):
     """Issue 14: `papermill /path/to/repo/notebooks/... out.ipynb` run from elsewhere, offline."""
     folder = tmp_path / "elsewhere"
     folder.mkdir()
-    notebook = ROOT / "notebooks" / "local_mps" / "fashion_mnist.ipynb"
+    notebook = ROOT / "notebooks" / "local" / "fashion_mnist.ipynb"
     env = dict(os.environ, GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="url.file:///nonexistent/.insteadOf",
                GIT_CONFIG_VALUE_0="https://github.com/", OMP_NUM_THREADS="1")
     papermill_cli = Path(sys.executable).with_name("papermill")

@@ -64,7 +64,7 @@ def test_multi_device_kaggle_platforms(platform, shape, gpu):
 
 
 def test_local_notebook_has_no_hosted_metadata():
-    meta = rendered("local_mps").metadata
+    meta = rendered("local").metadata
     assert set(meta) == {"kernelspec", "language_info"}
 
 
@@ -88,7 +88,7 @@ def test_header_bootstrap_and_parameters(platform):
     assert (boot.metadata.get("_kg_hide-input") is True) is (runtime == "kaggle")
     assert all(c.metadata in ({}, {"tags": ["parameters"]}) for c in nb.cells if c is not boot)
     assert boot.source.endswith("prepare(PLATFORM, _root)")
-    assert not any(name in boot.source for name in PLATFORMS)
+    assert not any(f"\"{name}\"" in boot.source for name in PLATFORMS)
     assert '{"repository": "someone/fork", "ref": "dev", "version": "0.1.0"}' in boot.source
     # No UPPER_CASE global: the config cell takes every such name as a parameter.
     assert not re.search(r"^[A-Z][A-Z0-9_]* *=", boot.source, re.MULTILINE)
@@ -147,14 +147,14 @@ def test_check_names_stale_missing_and_orphaned_files(project):
     (project / "notebooks/colab_t4/fashion_mnist.ipynb").unlink()
     stale = project / "notebooks/kaggle_p100/fashion_mnist.ipynb"
     stale.write_text(stale.read_text().replace("Fashion-MNIST", "Fashion MNIST"))
-    (project / "notebooks/local_mps/old.ipynb").write_text("{}")
-    autosave = project / "notebooks/local_mps/.ipynb_checkpoints/fashion_mnist-checkpoint.ipynb"
+    (project / "notebooks/local/old.ipynb").write_text("{}")
+    autosave = project / "notebooks/local/.ipynb_checkpoints/fashion_mnist-checkpoint.ipynb"
     autosave.parent.mkdir()
     autosave.write_text("{}")  # JupyterLab's, once a user opens a notebook: not an orphan
     problems = bn.stale_files(project)
     assert "notebooks/colab_t4/fashion_mnist.ipynb: missing" in problems
     assert "notebooks/kaggle_p100/fashion_mnist.ipynb: stale" in problems
-    assert any(p.startswith("notebooks/local_mps/old.ipynb: not generated") for p in problems)
+    assert any(p.startswith("notebooks/local/old.ipynb: not generated") for p in problems)
     assert len(problems) == 3
 
 

@@ -41,7 +41,7 @@ def test_list_names_every_workload_and_platform(capsys):
     for w in found:  # with its title: the first line of its module's docstring
         title = workloads.title(w)
         assert title and f"  {w}  " in out and f"  {title}\n" in out
-    for p in ("colab_t4", "colab_tpu", "kaggle_p100", "kaggle_t4x2", "kaggle_tpu", "local_mps"):
+    for p in ("colab_t4", "colab_tpu", "kaggle_p100", "kaggle_t4x2", "kaggle_tpu", "local"):
         assert f"  {p} " in out
 
 

@@ -25,7 +25,7 @@ def _choice(device, probe, platform="colab_t4"):
 def test_never_on_a_p100_mps_or_xla():
     p100 = _choice("cuda", P100, "kaggle_p100")
     assert not p100.compile_ok and "sm_60" in p100.compile_note
-    mps = _choice("mps", Probe(mps=True), "local_mps")
+    mps = _choice("mps", Probe(mps=True), "local")
     xla = _choice("xla", Probe(xla_installed=True), "colab_tpu")
     for choice in (p100, mps, xla):
         assert compile.decide("auto", OptimizerStudyConfig, choice) == (False, choice.compile_note)

@@ -42,7 +42,7 @@ def test_xla_on_a_cpu_host_is_used_only_by_the_tpu_notebook():
     cpu_xla = dict(xla_installed=True, xla_device_type="CPU")
     assert pick("colab_tpu", **cpu_xla).type == "xla"
     assert pick("colab_t4", **cpu_xla).type == "cpu"
-    assert pick("local_mps", **cpu_xla).type == "cpu"
+    assert pick("local", **cpu_xla).type == "cpu"
 
 
 def test_cpu_fallback_says_so_in_one_line():
@@ -121,7 +121,7 @@ def test_precision_per_device(kind, machine, dtype, scaler):
 
 def test_loader_settings_follow_the_device_not_the_data():
     cuda = pick("colab_t4", **T4)
-    mps = pick("local_mps", mps=True)
+    mps = pick("local", mps=True)
     xla = pick("colab_tpu", xla_installed=True)
     cpu = pick("colab_t4")
     assert (cuda.pin_memory, mps.pin_memory, xla.pin_memory, cpu.pin_memory) == (

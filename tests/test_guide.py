@@ -83,5 +83,5 @@ def test_the_guide_turns_the_script_into_a_workload(tmp_path):
     assert all(r["device"] == "cpu" for r in history)
     assert len(read_jsonl(user / "runs" / "my_mnist_try" / "sessions.jsonl")) == 2  # sessions
     for platform in ("colab_t4", "colab_tpu", "kaggle_p100", "kaggle_t4x2", "kaggle_tpu",
-                     "local_mps"):
+                     "local"):
         assert (user / "notebooks" / platform / "my_mnist.ipynb").exists()

@@ -58,7 +58,7 @@ def test_an_old_python_gets_one_line_naming_its_version_and_the_fix(tmp_path):
     assert "PYTHON=python3.12" in first
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "notebooks" / "local_mps").glob("*.ipynb")),
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks" / "local").glob("*.ipynb")),
                          ids=lambda p: p.stem)
 def test_the_local_notebooks_kernel_is_the_python_jupyterlab_runs_from(path, tmp_path,
                                                                         monkeypatch):

@@ -43,7 +43,7 @@ def test_defaults_are_the_official_recipe_and_framing():
     ("colab_t4", (32, 16, 8)),  # the official 32 / 16 / 8
     ("kaggle_p100", (32, 16, 8)),
     ("colab_tpu", (64, 32, 16)),
-    ("local_mps", (16, 8, 4)),
+    ("local", (16, 8, 4)),
 ])
 def test_batch_sizes_scale_the_platform_value_by_the_official_ratio(platform, sizes):
     got = tuple(make(PLATFORM=platform, DATASET=d).resolved_batch_size()

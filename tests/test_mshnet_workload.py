@@ -74,7 +74,7 @@ def test_kaggle_reads_attached_datasets_and_writes_the_sample_where_it_can(
 
 def test_colab_and_local_use_the_platform_defaults():
     assert make(PLATFORM="colab_t4").paths("colab") == default_dirs("mshnet", "colab")
-    assert make(PLATFORM="local_mps").paths("local") == default_dirs("mshnet", "local")
+    assert make(PLATFORM="local").paths("local") == default_dirs("mshnet", "local")
 
 
 def _phases(cfg: MSHNetRunConfig, epochs: int) -> list[bool]:
@@ -111,11 +111,11 @@ def test_the_papers_reading_warms_up_for_warm_epochs():
 
 
 def test_the_official_defaults_have_no_deviations_and_each_change_is_named():
-    cfg = make(PLATFORM="local_mps")  # its default batch is the official 4
+    cfg = make(PLATFORM="local")  # its default batch is the official 4
     assert cfg.deviations() == []
     assert str(cfg).endswith("warm-up: 6 epochs of soft-IoU\n"
                              "  deviations from the official code: none")
-    found = make(PLATFORM="local_mps", WARMUP_RULE="paper", EPOCHS=10, BASE_SIZE=128,
+    found = make(PLATFORM="local", WARMUP_RULE="paper", EPOCHS=10, BASE_SIZE=128,
                  SMOKE=True).deviations()
     assert found == ["EPOCHS = 10 (official: 400)",
                      "WARMUP_RULE = 'paper': 5 warm-up epochs (official: WARM_EPOCHS + 1 = 6)",
@@ -125,7 +125,7 @@ def test_the_official_defaults_have_no_deviations_and_each_change_is_named():
     assert make(PLATFORM="kaggle_t4x2", BATCH_SIZE=2).deviations() == [
         "batch 2 per device x 2 devices (official: 4 on one GPU)"]
     assert "deviations from the official code: WARMUP_RULE = 'paper'" in str(
-        make(PLATFORM="local_mps", WARMUP_RULE="paper"))
+        make(PLATFORM="local", WARMUP_RULE="paper"))
 
 
 def test_results_table_puts_the_run_beside_the_papers_row():

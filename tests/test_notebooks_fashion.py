@@ -47,7 +47,7 @@ def check_run(out_dir, epochs=2, record=None):
 
 # One CPU platform: the other platforms' notebooks run in their image lanes
 # (tests/test_image_lanes.py) and their rendered differences in tests/test_builder.py.
-@pytest.mark.parametrize("platform", ["local_mps"])
+@pytest.mark.parametrize("platform", ["local"])
 def test_notebook_trains_on_the_cpu(platform, tmp_path):
     """Two smoke epochs; check_run's band. Spread over seeds 0-3 x three CPU settings (one and
     two threads, AVX2 kernels; `python -m bench.bench_learning -k fashion_smoke`): test
@@ -74,7 +74,7 @@ def test_the_synthetic_sample_is_learned_gradually(tmp_path):
     """Not 1.0 after one epoch (the old sample was), and rising with training. Spread over
     seeds 0-3 x three CPU settings (`python -m bench.bench_learning -k fashion_gradual`): first
     epoch 0.156-0.287 (asserted < 0.6), gain by the fifth 0.291-0.412 (asserted > 0.1)."""
-    nb = execute("fashion_mnist", "local_mps", tmp_path, DATA_DIR=str(tmp_path / "data"),
+    nb = execute("fashion_mnist", "local", tmp_path, DATA_DIR=str(tmp_path / "data"),
                  OUT_DIR=str(tmp_path / "run"), SEED=learning.seed(1),
                  **dict(SMOKE, EPOCHS=5, SMOKE_BATCHES=10))
     acc = [r["test_accuracy"] for r in check_run(tmp_path / "run", epochs=5)]

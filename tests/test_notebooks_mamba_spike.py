@@ -74,7 +74,7 @@ def check_run(out_dir, epochs: int = 2, lr: float = 1e-3) -> list[dict]:
 @pytest.mark.parametrize("dataset", DATASETS)
 # One CPU platform: the other platforms' notebooks run in their image lanes
 # (tests/test_image_lanes.py) and their rendered differences in tests/test_builder.py.
-@pytest.mark.parametrize("platform", ["local_mps"])
+@pytest.mark.parametrize("platform", ["local"])
 def test_notebook_trains_on_the_cpu(platform, dataset, tmp_path):
     nb = run(platform, dataset, tmp_path)
     history = check_run(tmp_path / "run")
@@ -117,14 +117,14 @@ def test_the_sample_is_learned_and_a_rerun_only_reads(tmp_path):
     bench.bench_learning -k mamba`): first epoch 0.15-0.35, best 0.55-0.70, gain 0.30-0.45 (20
     test recordings: one is 0.05)."""
     changes = dict(EPOCHS=6, SMOKE_BATCHES=10, D_MODEL=32, SEED=learning.seed(1))
-    run("local_mps", "nmnist", tmp_path, **changes)
+    run("local", "nmnist", tmp_path, **changes)
     history = check_run(tmp_path / "run", epochs=6)
     accuracy = [r["test_accuracy"] for r in history]
     learning.record("mamba_spike", first=accuracy[0], best=max(accuracy),
                     gain=accuracy[-1] - accuracy[0])
     assert accuracy[0] < 0.5 and max(accuracy) >= 0.4, accuracy  # chance 0.1
     assert accuracy[-1] >= accuracy[0] + 0.2 and max(accuracy) < 1.0, accuracy
-    text = stream_text(run("local_mps", "nmnist", tmp_path, **changes))
+    text = stream_text(run("local", "nmnist", tmp_path, **changes))
     assert "; 0 recordings framed into" in text
     assert "nothing to do: the checkpoint has 6 of 6 epochs" in text
     assert read_jsonl(tmp_path / "run" / "metrics.jsonl") == history

@@ -48,7 +48,7 @@ def best_record(history: list[dict]) -> dict:
 
 # One CPU platform: the other platforms' notebooks run in their image lanes
 # (tests/test_image_lanes.py) and their rendered differences in tests/test_builder.py.
-@pytest.mark.parametrize("platform", ["local_mps"])
+@pytest.mark.parametrize("platform", ["local"])
 def test_notebook_trains_on_the_cpu(platform, tmp_path):
     nb = execute("mshnet", platform, tmp_path, DATA_DIR=str(tmp_path / "data"),
                  OUT_DIR=str(tmp_path / "run"), **SMOKE)
@@ -96,7 +96,7 @@ def test_the_sample_is_learned_far_beyond_chance(tmp_path):
     training loss 0.65-0.86 of the first's (8 runs). At 32 steps (before) the best ranged
     3.3-22.8 over seeds 0-7 here and reached 26 on another machine: a lucky curve.
     """
-    execute("mshnet", "local_mps", tmp_path, DATA_DIR=str(tmp_path / "data"),
+    execute("mshnet", "local", tmp_path, DATA_DIR=str(tmp_path / "data"),
             OUT_DIR=str(tmp_path / "run"), SMOKE=True, SAMPLE_DATA=True, EPOCHS=EPOCHS,
             WARM_EPOCHS=EPOCHS, SMOKE_BATCHES=4, BATCH_SIZE=8, DATASET="NUDT-SIRST",
             SEED=learning.seed(1))

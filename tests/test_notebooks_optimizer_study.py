@@ -67,7 +67,7 @@ def mtimes(out_dir):
 
 # One CPU platform: the other platforms' notebooks run in their image lanes
 # (tests/test_image_lanes.py) and their rendered differences in tests/test_builder.py.
-@pytest.mark.parametrize("platform", ["local_mps"])
+@pytest.mark.parametrize("platform", ["local"])
 def test_study_notebook_runs_the_grid_on_the_cpu(platform, tmp_path):
     nb = run(platform, tmp_path, **GRID)
     rows = check_study(tmp_path / "study")
@@ -95,16 +95,16 @@ def test_study_notebook_runs_the_grid_on_the_cpu(platform, tmp_path):
 def test_a_rerun_retrains_nothing_and_fan_out_runs_merge(tmp_path):
     """Two fan-out invocations (one run each) then the full grid: it trains only the other
     two runs; a second full run trains nothing and changes no checkpoint or history."""
-    run("local_mps", tmp_path, out="study", OPTIMIZER="lion", SEED=1)
-    run("local_mps", tmp_path, out="study", OPTIMIZER="sgd", SEED=0)
+    run("local", tmp_path, out="study", OPTIMIZER="lion", SEED=1)
+    run("local", tmp_path, out="study", OPTIMIZER="sgd", SEED=0)
     check_study(tmp_path / "study", runs={"cifar10-lion-seed1-sym0.2", "cifar10-sgd-seed0-sym0.2"})
 
-    text = stream_text(run("local_mps", tmp_path, **GRID))
+    text = stream_text(run("local", tmp_path, **GRID))
     assert text.count("finished earlier, skipped") == 2 and text.count(": training (lr ") == 2
     check_study(tmp_path / "study")
     before = mtimes(tmp_path / "study")
 
-    text = stream_text(run("local_mps", tmp_path, **GRID))
+    text = stream_text(run("local", tmp_path, **GRID))
     assert text.count("finished earlier, skipped") == 4 and ": training (lr " not in text
     assert mtimes(tmp_path / "study") == before
     check_study(tmp_path / "study")
@@ -117,13 +117,13 @@ def test_more_epochs_are_another_study_and_start_afresh_on_request(tmp_path):
     import papermill
 
     one = dict(OPTIMIZERS=["adamw"], SEEDS=[0])
-    run("local_mps", tmp_path, EPOCHS=1, **one)
+    run("local", tmp_path, EPOCHS=1, **one)
     with pytest.raises(papermill.PapermillExecutionError) as err:
-        run("local_mps", tmp_path, EPOCHS=2, **one)
+        run("local", tmp_path, EPOCHS=2, **one)
     assert err.value.ename == "ExperimentChanged"
     assert "cifar10-adamw-seed0-sym0.2' holds a optimizer_study run" in err.value.evalue
     assert "EPOCHS 1 -> 2" in err.value.evalue
-    run("local_mps", tmp_path, EPOCHS=2, RESUME="new", **one)
+    run("local", tmp_path, EPOCHS=2, RESUME="new", **one)
     history = read_jsonl(tmp_path / "study" / "fresh-1" / "cifar10-adamw-seed0-sym0.2" /
                          "metrics.jsonl")
     assert [r["epoch"] for r in history] == [1, 2]

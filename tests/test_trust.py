@@ -26,7 +26,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 def trained(tmp_path_factory):
     """One finished two-epoch fashion_mnist run on the sample; tests work on copies."""
     tmp = tmp_path_factory.mktemp("trained")
-    execute("fashion_mnist", "local_mps", tmp, DATA_DIR=str(tmp / "data"),
+    execute("fashion_mnist", "local", tmp, DATA_DIR=str(tmp / "data"),
             OUT_DIR=str(tmp / "run"), **SMALL)
     return tmp
 
@@ -40,7 +40,7 @@ def _copy(trained: Path, tmp_path: Path) -> tuple[Path, dict]:
 def _fails(tmp_path: Path, env: dict | None = None,
            **params) -> papermill.PapermillExecutionError:
     with pytest.raises(papermill.PapermillExecutionError) as err:
-        execute("fashion_mnist", "local_mps", tmp_path / "nb", env=env, **params)
+        execute("fashion_mnist", "local", tmp_path / "nb", env=env, **params)
     return err.value
 
 
@@ -60,13 +60,13 @@ def test_a_changed_lr_stops_before_training_and_touches_nothing(trained, tmp_pat
     assert "LR 1.0 -> 0.1" in err.evalue and "(global batch) 32 -> 16" in err.evalue
     assert _files(run) == before  # config.json, checkpoints, metrics.jsonl: byte-identical
     # In the notebook the error is one line, not a traceback through lib.
-    (error,) = _error_outputs(tmp_path / "nb" / "local_mps-fashion_mnist.ipynb")
+    (error,) = _error_outputs(tmp_path / "nb" / "local-fashion_mnist.ipynb")
     assert error["traceback"] == [f"ExperimentChanged: {err.evalue}"]
 
 
 def test_more_epochs_resume_the_same_experiment(trained, tmp_path):
     run, params = _copy(trained, tmp_path)
-    nb = execute("fashion_mnist", "local_mps", tmp_path / "nb", **dict(params, EPOCHS=3))
+    nb = execute("fashion_mnist", "local", tmp_path / "nb", **dict(params, EPOCHS=3))
     assert "resumed from " + str(run / "checkpoints" / "ckpt-e0002-b000000.pt") in \
         stream_text(nb)
     assert [r["epoch"] for r in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3]
@@ -78,7 +78,7 @@ def test_a_misspelt_parameter_trains_nothing(tmp_path):
     assert err.ename == "ConfigError"
     assert "unknown parameter EPOCH for fashion_mnist: did you mean EPOCHS?" in err.evalue
     assert not (tmp_path / "run").exists()
-    (error,) = _error_outputs(tmp_path / "nb" / "local_mps-fashion_mnist.ipynb")
+    (error,) = _error_outputs(tmp_path / "nb" / "local-fashion_mnist.ipynb")
     assert error["traceback"] == [f"ConfigError: {err.evalue}"]  # no lib traceback
 
 
@@ -86,7 +86,7 @@ def test_a_bug_keeps_its_traceback_and_the_switch_shows_a_user_errors_whole(tmp_
     """TA_TRACEBACK=1: the user error's whole traceback, for a bug report."""
     err = _fails(tmp_path, env={"TA_TRACEBACK": "1"},
                  **dict(SMALL, OUT_DIR=str(tmp_path / "run"), EPOCHS=-1))
-    (error,) = _error_outputs(tmp_path / "nb" / "local_mps-fashion_mnist.ipynb")
+    (error,) = _error_outputs(tmp_path / "nb" / "local-fashion_mnist.ipynb")
     text = "".join(error["traceback"])
     assert err.ename == "ConfigError" and "EPOCHS=-1 must be > 0" in text
     assert "Traceback (most recent call last)" in text and "lib/config.py" in text
@@ -95,7 +95,7 @@ def test_a_bug_keeps_its_traceback_and_the_switch_shows_a_user_errors_whole(tmp_
 def test_resume_new_starts_afresh_in_a_sub_folder_and_keeps_the_old_run(trained, tmp_path):
     run, params = _copy(trained, tmp_path)
     before = _files(run)
-    nb = execute("fashion_mnist", "local_mps", tmp_path / "nb",
+    nb = execute("fashion_mnist", "local", tmp_path / "nb",
                  **dict(params, LR=0.5, RESUME="new"))
     assert f"this one starts afresh in {run / 'fresh-1'}" in stream_text(nb)
     assert {k: v for k, v in _files(run).items() if not k.startswith("fresh-1")} == before
@@ -105,7 +105,7 @@ def test_resume_new_starts_afresh_in_a_sub_folder_and_keeps_the_old_run(trained,
 def test_a_corrupt_best_checkpoint_falls_back_and_says_so(trained, tmp_path):
     run, params = _copy(trained, tmp_path)
     (run / "checkpoints" / "best.pt").write_bytes(b"not a checkpoint")
-    text = stream_text(execute("fashion_mnist", "local_mps", tmp_path / "nb", **params))
+    text = stream_text(execute("fashion_mnist", "local", tmp_path / "nb", **params))
     assert (f"{run / 'checkpoints' / 'best.pt'} cannot be used (not a complete copy: 16 bytes "
             "that differ from its completion marker's") in text  # lib/durable.py's marker
     assert f"using the newest loadable checkpoint instead, {run / 'checkpoints'}" in text
@@ -118,7 +118,7 @@ def test_when_every_checkpoint_is_corrupt_training_restarts_and_says_so(trained,
     for ckpt in (run / "checkpoints").glob("*.pt"):
         ckpt.write_bytes(ckpt.read_bytes()[:500])  # cut, as after a lost sync
         durable.marker_path(ckpt).unlink()  # a run from before completion markers: read as is
-    text = stream_text(execute("fashion_mnist", "local_mps", tmp_path / "nb", **params))
+    text = stream_text(execute("fashion_mnist", "local", tmp_path / "nb", **params))
     assert f"no loadable checkpoint in {run / 'checkpoints'} (2 unusable): starting from " \
            "epoch 1" in text
     assert "PytorchStreamReader failed reading zip archive: failed finding central " \

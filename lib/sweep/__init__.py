@@ -153,7 +153,7 @@ def add_sweep_parser(sub, param_help: str) -> None:
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help=param_help + " (the same in every cell)")
     p.add_argument("--platform", default=None,
-                   help="which platform's notebook (default: local_mps; kaggle_p100 with "
+                   help="which platform's notebook (default: local; kaggle_p100 with "
                         "--on kaggle, colab_t4 with --on colab)")
     p.add_argument("--out", required=True, metavar="DIR", help="the sweep's folder")
     p.add_argument("--on", default="local", metavar="BACKEND",
@@ -187,13 +187,13 @@ def add_sweep_parser(sub, param_help: str) -> None:
     p.set_defaults(fn=sweep_command)
 
 
-DEFAULT_PLATFORM = {"local": "local_mps", "slurm": "local_mps", "kaggle": "kaggle_p100",
+DEFAULT_PLATFORM = {"local": "local", "slurm": "local", "kaggle": "kaggle_p100",
                     "colab": "colab_t4"}
 
 
 def sweep_command(args) -> int:
     if args.platform is None:
-        args.platform = DEFAULT_PLATFORM.get(args.on, "local_mps")
+        args.platform = DEFAULT_PLATFORM.get(args.on, "local")
     sweep, cells = plan(args)
     out = Path(args.out).expanduser().resolve()
     todo = [c for c in cells if not c.done]
