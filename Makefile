@@ -17,8 +17,9 @@ JOBS ?= 2
 # Tests run JOBS workers, each starting notebook kernels and subprocesses: one intra-op
 # thread apiece keeps 2 cores from thrashing (torch's default would take every core each).
 
-.PHONY: install install-xla lock fuse lanes demo test test-main test-slurm test-xla test-lanes lint \
-	notebooks check bench clean gpu-check gpu-wheels
+.PHONY: install install-xla lock fuse lanes demo test test-quick test-main test-main-tests \
+	test-quick-tests test-slurm test-xla test-lanes install-xla-and-lanes lint notebooks check \
+	bench clean gpu-check gpu-wheels coverage
 
 # A venv $(1) with exactly the packages of lock $(2), then the library itself (no deps: the
 # lock has them all). First one line, not pip's "no matching
@@ -75,23 +76,32 @@ demo: install
 	$(PY) build_notebooks.py
 	$(PY) -m lib.demo
 
-# The whole suite: lint, --check, unit and notebook tests, the XLA lane, the image lanes.
-# The Slurm lane runs beside the XLA lane: its cells mostly wait (on the scheduler, and on
-# steps held by TA_SLOWPOINTS), so the two together take the XLA lane's time, not the sum
-# (CI has 90 minutes). Its output follows the XLA lane's; either failing fails the suite.
-test: test-main
-	@log=$$(mktemp); $(MAKE) --no-print-directory test-slurm >$$log 2>&1 & slurm=$$!; \
-	$(MAKE) --no-print-directory test-xla; xla=$$?; wait $$slurm; rc=$$?; \
-	echo "===== the Slurm lane (run beside the XLA lane): exit $$rc ====="; cat $$log; \
-	rm -f $$log; test $$xla -eq 0 && test $$rc -eq 0
-	$(MAKE) --no-print-directory test-lanes
+# The whole suite, measured (tests/suite.py): installs, lint, --check, the main lane (the XLA
+# venv and the image lanes are built beside it: downloads and unpacking, not computing), the
+# XLA lane with the Slurm lane beside it (its cells mostly wait), the image lanes; then a table
+# of each phase's seconds and the peak disk used. Standard library only: no venv needed yet.
+test:
+	$(PYTHON) -m tests.suite
 
-test-main: install fuse
+# The inner loop (at most 5 minutes here): lint, --check, the unit tests and one notebook per
+# workload (tests marked `quick`), measured the same way.
+test-quick:
+	$(PYTHON) -m tests.suite --quick
+
+test-main: install fuse lint check test-main-tests
+
+# tmp_path folders of passed tests are removed as each test ends (pyproject:
+# tmp_path_retention_policy), so the lane's disk is what its running tests hold.
+test-main-tests: install fuse
 	OMP_NUM_THREADS=1 $(PY) -m tests.environment
-	$(VENV)/bin/ruff check .
-	$(PY) build_notebooks.py --check
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) --durations=20 \
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) --durations=30 \
 		-m "not xla and not lane and not slurm" tests
+
+test-quick-tests: install
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) --durations=10 \
+		-m "quick or not (notebook or xla or lane or slurm or slow)" tests
+
+install-xla-and-lanes: install-xla lanes
 
 # `sweep --on slurm` against a real single-node Slurm: tests/slurm_cluster.py installs Debian's
 # slurm-wlm and munge when missing (root), starts munged/slurmctld/slurmd on a generated
@@ -104,7 +114,7 @@ test-slurm: install
 
 test-xla: install-xla
 	OMP_NUM_THREADS=1 $(XLA_PY) -m tests.environment
-	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -n $(JOBS) --durations=10 -m xla tests
+	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -n $(JOBS) --durations=30 -m xla tests
 
 # Rebuilt from nothing every time (uv links from its cache): a lane holds the image's pins
 # and nothing else, so the bootstrap's installs are tested on every run.
@@ -114,6 +124,18 @@ lanes: install
 # Each image's notebooks run in order in its lane, one pytest per lane, JOBS lanes at a time.
 test-lanes: lanes
 	TA_LANES_DIR=$(LANES_DIR) OMP_NUM_THREADS=1 JOBS=$(JOBS) $(PY) -m tests.lanes test
+
+# Line and branch coverage of lib/ and build_notebooks.py over the main and XLA lanes, every
+# process the tests start included, combined into one report (BENCHMARKS.md, "The suite").
+COV_DIR := $(CURDIR)/.coverage-data
+coverage: install install-xla fuse
+	rm -rf $(COV_DIR) && mkdir -p $(COV_DIR)
+	-COVERAGE_FILE=$(COV_DIR)/cov OMP_NUM_THREADS=1 $(PY) -m coverage run -m pytest -q \
+		-n $(JOBS) -p no:cacheprovider -m "not xla and not lane and not slurm" tests
+	-COVERAGE_FILE=$(COV_DIR)/cov PJRT_DEVICE=CPU OMP_NUM_THREADS=1 $(XLA_PY) -m coverage run \
+		-m pytest -q -n $(JOBS) -p no:cacheprovider -m xla tests
+	$(PY) -m coverage combine --quiet --data-file=$(COV_DIR)/cov
+	$(PY) -m coverage report --data-file=$(COV_DIR)/cov | tail -n 1
 
 bench: install
 	$(PY) -m bench

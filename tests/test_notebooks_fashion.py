@@ -47,6 +47,7 @@ def check_run(out_dir, epochs=2, record=None):
 
 # One CPU platform: the other platforms' notebooks run in their image lanes
 # (tests/test_image_lanes.py) and their rendered differences in tests/test_builder.py.
+@pytest.mark.quick  # make test-quick's notebook of this workload
 @pytest.mark.parametrize("platform", ["local"])
 def test_notebook_trains_on_the_cpu(platform, tmp_path):
     """Two smoke epochs; check_run's band. Spread over seeds 0-3 x three CPU settings (one and

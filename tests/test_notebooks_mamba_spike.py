@@ -43,7 +43,9 @@ FRAMING = {  # DVS Gesture takes true 200 ms bins (1.5 s recordings: T = 8, padd
     "cifar10dvs": dict(N_TIME_BINS=8, DOWNSAMPLE=8),
 }
 SAMPLE_SIZES = {"nmnist": (40, 20), "dvsgesture": (33, 11), "cifar10dvs": (54, 6)}
-DATASETS = ["nmnist", "dvsgesture", pytest.param("cifar10dvs", marks=NEEDS_DV)]
+# N-MNIST is make test-quick's notebook of this workload.
+DATASETS = [pytest.param("nmnist", marks=pytest.mark.quick), "dvsgesture",
+            pytest.param("cifar10dvs", marks=NEEDS_DV)]
 FIGURES = ("curves.png", "confusion.png", "firing_rates.png", "examples.png", "time_strip.png")
 
 

@@ -48,6 +48,7 @@ def best_record(history: list[dict]) -> dict:
 
 # One CPU platform: the other platforms' notebooks run in their image lanes
 # (tests/test_image_lanes.py) and their rendered differences in tests/test_builder.py.
+@pytest.mark.quick  # make test-quick's notebook of this workload
 @pytest.mark.parametrize("platform", ["local"])
 def test_notebook_trains_on_the_cpu(platform, tmp_path):
     nb = execute("mshnet", platform, tmp_path, DATA_DIR=str(tmp_path / "data"),

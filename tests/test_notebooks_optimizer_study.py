@@ -67,6 +67,7 @@ def mtimes(out_dir):
 
 # One CPU platform: the other platforms' notebooks run in their image lanes
 # (tests/test_image_lanes.py) and their rendered differences in tests/test_builder.py.
+@pytest.mark.quick  # make test-quick's notebook of this workload
 @pytest.mark.parametrize("platform", ["local"])
 def test_study_notebook_runs_the_grid_on_the_cpu(platform, tmp_path):
     nb = run(platform, tmp_path, **GRID)

@@ -1,0 +1,175 @@
+"""The whole suite, measured: `make test` (what `.ci/run` calls) and `make test-quick`.
+
+    python3 -m tests.suite           # every phase; exit 1 if any failed
+    python3 -m tests.suite --quick   # the inner loop: lint, --check, unit tests, a notebook each
+
+Runs each phase (a `make` target) and ends with a table: its seconds, its exit status, and the
+peak disk the run used (every file system it writes: the clone, the temporary folder, uv's and
+pip's caches), sampled every second. Phases that mostly wait run beside one that computes:
+the XLA venv and the image lanes are built (downloads, unpacking) while the main lane's tests
+run, and the Slurm lane (its cells wait on the scheduler) beside the XLA lane. Each phase's
+output goes to the terminal as it comes, or, for one run beside another, after it ends. The
+table is also written to `.suite/summary.md`; `--durations=30` in each pytest keeps the 30
+slowest tests in the log. Standard library only: it runs before any venv exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / ".suite"
+
+
+@dataclass
+class Phase:
+    name: str
+    target: str  # the make target it runs
+    seconds: float = 0.0
+    rc: int | None = None  # None: not run (an earlier phase it needs failed)
+    beside: str = ""  # the phase it ran beside, if any
+    log: Path | None = field(default=None, repr=False)
+
+
+class DiskPeak:
+    """Samples the used bytes of every file system the suite writes to; `peak` is the largest
+    rise over the start, summed over file systems."""
+
+    def __init__(self, paths: list[Path], every: float = 1.0):
+        self.every, self.devices = every, {}
+        for path in paths:
+            path = next((p for p in [path, *path.parents] if p.exists()), Path("/"))
+            self.devices.setdefault(os.stat(path).st_dev, path)
+        self.start = {dev: shutil.disk_usage(p).used for dev, p in self.devices.items()}
+        self.high = dict(self.start)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.sample()
+
+    def sample(self) -> None:
+        for dev, path in self.devices.items():
+            self.high[dev] = max(self.high[dev], shutil.disk_usage(path).used)
+
+    def __enter__(self) -> DiskPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    @property
+    def peak(self) -> int:
+        return sum(self.high[d] - self.start[d] for d in self.devices)
+
+
+def _make(target: str, log: Path | None = None, root: Path = ROOT) -> subprocess.Popen:
+    cmd = [os.environ.get("MAKE", "make"), "--no-print-directory", target]
+    out = log.open("w") if log else None
+    return subprocess.Popen(cmd, cwd=root, stdout=out, stderr=subprocess.STDOUT if out else None)
+
+
+def run(phase: Phase, root: Path = ROOT) -> bool:
+    print(f"===== {phase.name} (make {phase.target}) =====", flush=True)
+    start = time.monotonic()
+    phase.rc = _make(phase.target, root=root).wait()
+    phase.seconds = time.monotonic() - start
+    print(f"===== {phase.name}: exit {phase.rc} after {phase.seconds:.0f} s =====", flush=True)
+    return phase.rc == 0
+
+
+def run_beside(main: Phase, side: Phase, root: Path = ROOT) -> bool:
+    """`side` runs beside `main` (its output after main's); True when both passed."""
+    (root / OUT.name).mkdir(exist_ok=True)
+    side.log, side.beside = root / OUT.name / f"{side.target}.log", main.name
+    start = time.monotonic()
+    proc = _make(side.target, side.log, root)
+    ok = run(main, root)
+    side.rc = proc.wait()
+    side.seconds = time.monotonic() - start
+    print(f"===== {side.name} (make {side.target}, beside {main.name}): exit {side.rc} after "
+          f"{side.seconds:.0f} s =====", flush=True)
+    print(side.log.read_text(errors="replace"), flush=True)
+    return ok and side.rc == 0
+
+
+def table(phases: list[Phase], total: float, disk: DiskPeak) -> str:
+    rows = ["| phase | make target | seconds | exit | note |", "|---|---|---|---|---|"]
+    for p in phases:
+        note = f"beside {p.beside}" if p.beside else ""
+        status = "not run" if p.rc is None else str(p.rc)
+        rows.append(f"| {p.name} | {p.target} | {p.seconds:.0f} | {status} | {note} |")
+    rows.append(f"| **whole suite** | | **{total:.0f}** | | peak disk used: "
+                f"**{disk.peak / 1e9:.1f} GB** |")
+    return "\n".join(rows)
+
+
+def full() -> list[tuple[Phase, ...]]:
+    """Steps in order; a step of two phases runs the second beside the first."""
+    return [
+        (Phase("install: main venv", "install"),),
+        (Phase("install: FUSE (Drive stand-in)", "fuse"),),
+        (Phase("lint (ruff)", "lint"),),
+        (Phase("render check (build_notebooks --check)", "check"),),
+        (Phase("main lane tests", "test-main-tests"),
+         Phase("install: XLA venv, then build image lanes", "install-xla-and-lanes")),
+        (Phase("XLA lane tests", "test-xla"), Phase("Slurm lane tests", "test-slurm")),
+        (Phase("image lanes tests", "test-lanes"),),
+    ]
+
+
+def quick() -> list[tuple[Phase, ...]]:
+    return [
+        (Phase("install: main venv", "install"),),
+        (Phase("lint (ruff)", "lint"),),
+        (Phase("render check (build_notebooks --check)", "check"),),
+        (Phase("quick tests", "test-quick-tests"),),
+    ]
+
+
+def measure(steps: list[tuple[Phase, ...]], root: Path = ROOT) -> tuple[bool, str]:
+    """Run `steps` in order, stopping at the first that fails; (all passed, the table)."""
+    caches = [Path(os.environ.get("UV_CACHE_DIR", Path.home() / ".cache" / "uv")),
+              Path.home() / ".cache" / "pip"]
+    started, failed = time.monotonic(), False
+    with DiskPeak([root, Path(tempfile.gettempdir()), *caches]) as disk:
+        for step in steps:
+            if failed:
+                break
+            ok = run(step[0], root) if len(step) == 1 else run_beside(*step, root=root)
+            failed = not ok
+    total = time.monotonic() - started
+    text = table([p for step in steps for p in step], total, disk)
+    (root / OUT.name).mkdir(exist_ok=True)
+    (root / OUT.name / "summary.md").write_text(text + "\n")
+    print("\n===== the suite, measured (also in .suite/summary.md) =====\n" + text, flush=True)
+    return not failed, text
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    ok, _ = measure(quick() if args.quick else full())
+    return 0 if ok else 1
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(description="Run the suite's phases and measure them.")
+    parser.add_argument("--quick", action="store_true", help="the five-minute inner loop")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
