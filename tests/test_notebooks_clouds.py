@@ -54,8 +54,8 @@ CLONED = {("studiolab_t4", "fashion_mnist"), ("sagemaker_gpu", "mshnet"),
 # a Studio space or a notebook instance, each cloned and copied; Paperspace: copied), every
 # workload at least once. What differs per service is the session, the storage roles and the
 # clone, not the workload: the 4 x 3 matrix this replaced ran each of those paths 2-4 times.
-# Every workload's notebook of every service still renders and is checked in test_builder.py,
-# and runs on the service's image in its lane (tests/test_image_lanes.py).
+# Every workload's notebook of every service is still rendered and checked (test_builder.py),
+# and the SageMaker Distribution lane runs the AWS notebooks on that image.
 CASES = [("studiolab_t4", "fashion_mnist"), ("studiolab_t4", "mshnet"),
          ("sagemaker_gpu", "mshnet"), ("sagemaker_gpu", "fashion_mnist"),
          ("sagemaker_gpu", "optimizer_study"), ("sagemaker_gpu", "mamba_spike"),
