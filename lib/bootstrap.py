@@ -38,7 +38,11 @@ def python_problem(version: tuple[int, int], environ=os.environ) -> str | None:
     if tuple(version[:2]) >= MIN_PYTHON:
         return None
     have, need = ".".join(map(str, version[:2])), ".".join(map(str, MIN_PYTHON))
-    if clouds.detect(environ) == "studiolab":  # its old `default` env is Python 3.9
+    runtime = clouds.detect(environ)
+    if runtime == "lightning":  # older Studios run 3.10; no other env may be created there
+        fix = ("start a new Studio (newer Studios run Python 3.12): a Studio allows no conda "
+               "environment or venv beside its base env `cloudspace`")
+    elif runtime == "studiolab":  # its old `default` env is Python 3.9
         fix = ("build the environment of environment.yml at the repository root (Studio Lab "
                "offers it when you clone the whole repository; or in a terminal `conda env "
                "create -f environment.yml`), then Kernel > Change Kernel > train-anywhere")

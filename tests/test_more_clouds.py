@@ -208,6 +208,9 @@ def test_the_bootstraps_checks_on_lightning_and_modal():
                            "/teamspace/studios/this_studio/.venv") and "\n" not in venv
     other = bootstrap.lightning_env_line({"CONDA_DEFAULT_ENV": "mine"}, "/c", "/c")
     assert "the conda env 'mine'" in other
+    old = bootstrap.python_problem((3, 10), {"LIGHTNING_CLOUD_SPACE_ID": "s1"})
+    assert old.startswith("this kernel runs Python 3.10, the project needs 3.11 or newer; fix: "
+                          "start a new Studio") and "\n" not in old
     for runtime, fix in [("modal", "Modal's default image is unpinned"),
                          ("lightning", "base conda env `cloudspace`")]:
         line = bootstrap.torch_problem(runtime, version=lambda name: "2.2.1+cu121")
