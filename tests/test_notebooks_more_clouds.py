@@ -143,3 +143,28 @@ def test_every_other_workload_trains_a_smoke_epoch_and_keeps_its_run_there(
         rows = [p for p in out.rglob("metrics.jsonl")]
         assert rows and all(r["epoch"] == 1 for p in rows for r in read_jsonl(p)), out
         assert list(out.rglob("ckpt-*.pt")) or list(out.rglob("best.pt")), out
+
+
+def test_modal_without_a_volume_says_how_to_attach_one_and_refuses_a_full_run(served, tmp_path):
+    """Opened in a container with no Volume: the bootstrap says in one line how to attach one;
+    a full (not SMOKE) run then stops with one line before anything is read or written, since
+    nothing of it would outlive the container. No training: it stops first."""
+    root = tmp_path / "service"
+    root.mkdir()
+    env, home, _ = standin.modal(root, volume=False)
+    opened = open_notebook("modal", "fashion_mnist", home)
+    executed = tmp_path / "executed.ipynb"
+    kernel_env = {**served.env, **env, "TA_CLOUD_ROOT": str(root), "PYTHONPATH": "",
+                  "OMP_NUM_THREADS": "1"}
+    with mock.patch.dict(os.environ, kernel_env), pytest.raises(
+            papermill.PapermillExecutionError) as err:
+        papermill.execute_notebook(str(opened), str(executed),
+                                   parameters=dict(SMOKE=False, SAMPLE_DATA=True, EPOCHS=1),
+                                   cwd=str(home), kernel_name="python3", progress_bar=False)
+    assert err.value.ename == "OutDirError", (err.value.ename, err.value.evalue)
+    assert err.value.evalue.startswith("OUT_DIR ") and "TA_EPHEMERAL_OK=1" in err.value.evalue
+    assert "\n" not in err.value.evalue
+    said = [line for line in stream_text(nbformat.read(executed, as_version=4)).splitlines()
+            if "no Modal Volume is attached" in line]
+    assert len(said) == 1 and "/mnt/<volume>" in said[0], said
+    assert not (root / "tmp" / "train-anywhere" / "runs").exists()
