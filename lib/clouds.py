@@ -133,16 +133,19 @@ def detect(environ=None, exists=Path.exists) -> str | None:
 
 def modal_volume(environ=None) -> Path | None:
     """The Volume run folders go to: /mnt/<TA_MODAL_VOLUME>, else the first folder under
-    /mnt (Modal Notebooks mount each attached Volume there); None when none is attached."""
+    /mnt (Modal Notebooks mount each attached Volume there); None when none is attached (or
+    the one TA_MODAL_VOLUME names is not)."""
     environ = os.environ if environ is None else environ
     mnt = cloud_root(environ) / "mnt"
     if environ.get(MODAL_VOLUME_ENV):
-        return mnt / environ[MODAL_VOLUME_ENV]
+        named = mnt / environ[MODAL_VOLUME_ENV]
+        return named if named.is_dir() else None
     found = sorted(p for p in mnt.iterdir() if p.is_dir()) if mnt.is_dir() else []
     return found[0] if found else None
 
 
-NO_VOLUME = ("no Modal Volume is attached (nothing under /mnt), so results in this container "
+NO_VOLUME = ("no Modal Volume is attached under /mnt (or not the one TA_MODAL_VOLUME names), "
+             "so results in this container "
              "are lost when it stops (after {idle} idle minutes): attach a Volume to this "
              "notebook (it mounts at /mnt/<volume>) and re-run this cell to keep them")
 

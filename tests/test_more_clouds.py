@@ -108,6 +108,8 @@ def test_modal_keeps_runs_on_the_volume_and_data_in_the_container(tmp_path, in_e
     assert clouds.modal_volume() == tmp_path / "mnt" / "a-data"
     in_env({**env, clouds.MODAL_VOLUME_ENV: standin.MODAL_VOLUME})
     assert default_dirs("mshnet", "modal")[1] == out
+    in_env({**env, clouds.MODAL_VOLUME_ENV: "not-attached"})  # said, not written in the container
+    assert clouds.modal_volume() is None and clouds.advice("modal").startswith("no Modal Volume")
 
 
 def test_modal_without_a_volume_says_how_to_attach_one_and_refuses_a_full_run(tmp_path,
