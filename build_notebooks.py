@@ -19,6 +19,7 @@ import json
 import re
 import sys
 import tomllib
+import urllib.parse
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -65,6 +66,14 @@ CLOUD_BADGES = {
                   "https://studiolab.sagemaker.aws/import/github/{repository}/blob/{branch}/{path}"),
     "paperspace": ("Run on Gradient", "https://assets.paperspace.io/img/gradient-badge.svg",
                    "https://console.paperspace.com/github/{repository}/blob/{branch}/{path}"),
+    # Lightning: the URL-encoded blob URL as repo_url, with the Studio badge image Lightning's
+    # own READMEs use; Modal: the raw blob URL after /notebooks/new/, with the badge image of
+    # modal-projects/training-gym (tutorials/generate_tutorial.py).
+    "lightning": ("Open In Studio",
+                  "https://pl-bolts-doc-images.s3.us-east-2.amazonaws.com/app-2/studio-badge.svg",
+                  "https://lightning.ai/new?repo_url={blob_quoted}"),
+    "modal": ("Open in Modal", "https://modal-cdn.com/open-in-modal.svg",
+              "https://modal.com/notebooks/new/{blob}"),
 }
 _PLATFORM_LINE = re.compile(r"^PLATFORM = .*$", re.MULTILINE)
 
@@ -87,7 +96,9 @@ def open_link(platform: Platform, cfg: dict, path: str) -> str | None:
     if platform.runtime == "kaggle":
         return f"https://kaggle.com/kernels/welcome?src={blob_url(cfg, path)}"
     if platform.runtime in CLOUD_BADGES:
-        return CLOUD_BADGES[platform.runtime][2].format(**cfg, path=path)
+        blob = blob_url(cfg, path)
+        return CLOUD_BADGES[platform.runtime][2].format(
+            **cfg, path=path, blob=blob, blob_quoted=urllib.parse.quote(blob, safe=""))
     return None
 
 
@@ -296,7 +307,8 @@ def kernel_metadata(workload: str, platform: Platform, cfg: dict) -> str:
 
 
 # the badge table's columns: hosted ones first
-BADGE_ORDER = ("colab", "kaggle", "studiolab", "sagemaker", "paperspace", "local")
+BADGE_ORDER = ("colab", "kaggle", "studiolab", "sagemaker", "paperspace", "lightning", "modal",
+               "local")
 
 
 def badge_table(workloads: list[str], cfg: dict) -> str:

@@ -1,6 +1,6 @@
 """What a notebook's generated bootstrap cell calls once the project is on `sys.path`.
 
-On Colab, Kaggle, Studio Lab, SageMaker and Paperspace: install only the packages the runtime
+On Colab, Kaggle and the other clouds (lib/clouds.py): install only the packages the runtime
 lacks (never torch, which the runtime ships and a reinstall would break) and, on Colab, mount
 Drive so checkpoints survive a disconnect. A Python or torch too old for the project stops
 with one line that names the fix on that service (`python_problem`, `torch_problem`).
@@ -38,7 +38,11 @@ def python_problem(version: tuple[int, int], environ=os.environ) -> str | None:
     if tuple(version[:2]) >= MIN_PYTHON:
         return None
     have, need = ".".join(map(str, version[:2])), ".".join(map(str, MIN_PYTHON))
-    if clouds.detect(environ) == "studiolab":  # its old `default` env is Python 3.9
+    runtime = clouds.detect(environ)
+    if runtime == "lightning":  # older Studios run 3.10; no other env may be created there
+        fix = ("start a new Studio (newer Studios run Python 3.12): a Studio allows no conda "
+               "environment or venv beside its base env `cloudspace`")
+    elif runtime == "studiolab":  # its old `default` env is Python 3.9
         fix = ("build the environment of environment.yml at the repository root (Studio Lab "
                "offers it when you clone the whole repository; or in a terminal `conda env "
                "create -f environment.yml`), then Kernel > Change Kernel > train-anywhere")
@@ -217,6 +221,12 @@ def torch_problem(runtime: str, version=importlib.metadata.version) -> str | Non
         fix = ('`pip install "torch==2.14.1" "torchvision==0.29.1" --index-url '
                "https://download.pytorch.org/whl/cu126`, then Kernel > Restart Kernel "
                "(again in each new session: installs do not outlive the container)")
+    elif runtime == "modal":  # its default image is unpinned: torch is what the build got
+        fix = ("`%pip install -U torch torchvision` and restart the kernel (Modal's default "
+               "image is unpinned; a pip install lasts as long as this container)")
+    elif runtime == "lightning":  # installs go into the base env and persist
+        fix = (f"`pip install -U torch torchvision` in the Studio's base conda env "
+               f"`{clouds.LIGHTNING_ENV}` (kept across restarts), then restart the kernel")
     elif runtime == "studiolab":
         fix = ("use the train-anywhere kernel built from environment.yml (Kernel > Change "
                "Kernel), or `%pip install torch torchvision` and restart the kernel")
@@ -224,6 +234,41 @@ def torch_problem(runtime: str, version=importlib.metadata.version) -> str | Non
         fix = '`%pip install -U torch torchvision` and restart the kernel'
     what = f"torch {have}" if have else "no torch"
     return f"this kernel has {what}; the project needs torch {need} or newer; fix: {fix}."
+
+
+def lightning_env_line(environ=os.environ, prefix: str | None = None,
+                       base_prefix: str | None = None) -> str:
+    """One line on where packages go in a Lightning Studio: its base conda env `cloudspace`,
+    the only one it allows (no other conda env, no venv); a warning when this kernel is not
+    in it, since installs elsewhere are not what the Studio keeps."""
+    prefix = sys.prefix if prefix is None else prefix
+    base_prefix = sys.base_prefix if base_prefix is None else base_prefix
+    env = environ.get("CONDA_DEFAULT_ENV", "")
+    if prefix != base_prefix:
+        where = f"a virtual environment at {prefix}"
+    elif env and env != clouds.LIGHTNING_ENV:
+        where = f"the conda env {env!r}"
+    else:
+        return (f"bootstrap: Lightning Studio: packages go into the base conda env "
+                f"`{clouds.LIGHTNING_ENV}`, kept across restarts and machine switches")
+    return (f"bootstrap: WARNING this kernel runs in {where}, but a Lightning Studio allows only "
+            f"its base conda env `{clouds.LIGHTNING_ENV}` (no other environments or venvs): "
+            "pick the Studio's default Python kernel, or installs may not survive a restart")
+
+
+def modal_lines(runtime: str, environ=os.environ, version=importlib.metadata.version) -> list[str]:
+    """Modal: the torch its unpinned default image brought (read here, not assumed), and the
+    one line on attaching a Volume when none is (`lib.clouds.advice`)."""
+    lines = []
+    if runtime == "modal":
+        try:
+            have = version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            have = "absent"
+        lines.append(f"bootstrap: Modal's default image is unpinned: torch {have} read here")
+    if advice := clouds.advice(runtime, environ):
+        lines.append(f"bootstrap: {advice}")
+    return lines
 
 
 def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
@@ -239,8 +284,12 @@ def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
         raise EnvironmentTooOld(problem)  # before pip adds packages beside a torch to replace
     if runtime in ("colab", "kaggle", *clouds.RUNTIMES):
         install_missing(lock=image_lock(platform_name, root))
-    if runtime == "colab":
+    if runtime == "colab":  # never "vertex" (Colab Enterprise, Workbench): no Drive there
         print(drive_line(environ))
+    if runtime == "lightning":
+        print(lightning_env_line(environ))
+    for line in modal_lines(runtime, environ):
+        print(line)
     if platform.accelerator == "xla" and (problem := xla_version_problem()):
         raise RuntimeError(problem)
     hosted = ("colab", "kaggle", *clouds.RUNTIMES)

@@ -37,6 +37,8 @@ OTHER_GPU = {
     "kaggle": 'switch the accelerator to "GPU T4 x2"',
     "sagemaker": "move to an ml.g4dn (T4) or ml.g5 (A10G) instance",
     "paperspace": "start the notebook on an RTX or Ampere machine (e.g. A4000)",
+    "lightning": "switch the Studio to another GPU (T4 or newer)",
+    "modal": "pick another GPU for the notebook (T4 or newer)",
 }
 
 

@@ -53,7 +53,10 @@ PLATFORMS: dict[str, Platform] = {
     p.name: p
     for p in [
         Platform("colab_t4", "Colab T4", "colab", "cuda", "Tesla T4", 12.0, 2),
-        Platform("colab_tpu", "Colab TPU", "colab", "xla", "TPU v5e-1", 12.0, 2),
+        # Colab's TPUs are single-chip since v2-8 retired (2025-09): v5e-1 (free, 16 GB HBM)
+        # and v6e-1 (32 GB); both train at BATCH_SIZES["xla"] on one chip, bf16 autocast, no
+        # scaler (colabtools#5566). Kaggle's TpuV5E8: 8 chips, that batch per chip, bf16.
+        Platform("colab_tpu", "Colab TPU", "colab", "xla", "TPU v5e-1 / v6e-1", 12.0, 2),
         # Kaggle has retired its P100s: a notebook asking for one runs on a T4 (lib.device
         # says so); the notebook stays for the sm_60 preflight and for older pushes.
         Platform("kaggle_p100", "Kaggle P100", "kaggle", "cuda", "Tesla P100", 12.0, 2,
@@ -76,6 +79,12 @@ PLATFORMS: dict[str, Platform] = {
         Platform("paperspace_gpu", "Paperspace Notebooks", "paperspace", "cuda", "Quadro P4000",
                  6.0, 2, batch_scale=0.5,
                  status="free GPUs of 8 GB vary"),
+        # Lightning AI Studios and Modal Notebooks (lib/clouds.py): any GPU from T4 up, billed
+        # per second, no documented session cap; precision follows the GPU found (lib.device).
+        Platform("lightning_studio", "Lightning AI Studio", "lightning", "cuda", "Tesla T4",
+                 None, 2, status="T4 to B200: precision follows the GPU"),
+        Platform("modal", "Modal Notebooks", "modal", "cuda", "Tesla T4", None, 2,
+                 status="T4 to H100; runs kept on a Volume"),
     ]
 }
 
@@ -92,16 +101,19 @@ def get_platform(name: str) -> Platform:
 
 
 def detect_runtime(environ: dict | None = None, modules: dict | None = None) -> str:
-    """Which hosted runtime this process is in: "colab", "kaggle", one of `lib.clouds`
-    ("studiolab", "sagemaker", "paperspace") or "local"."""
+    """Which hosted runtime this process is in: "colab", "kaggle", one of `lib.clouds.RUNTIMES`
+    ("vertex": Colab Enterprise / Workbench, asked before Colab; "jupyterhub" after every named
+    service) or "local"."""
     environ = os.environ if environ is None else environ
     modules = sys.modules if modules is None else modules
+    from lib import clouds  # the other clouds, Colab Enterprise and any JupyterHub
+
+    if clouds.is_vertex(environ):  # sets COLAB_RELEASE_TAG too, but has no Drive to mount
+        return "vertex"
     if "google.colab" in modules or "COLAB_RELEASE_TAG" in environ:
         return "colab"
     if "KAGGLE_KERNEL_RUN_TYPE" in environ:
         return "kaggle"
-    from lib import clouds  # Studio Lab, SageMaker, Paperspace
-
     return clouds.detect(environ) or "local"
 
 
@@ -181,7 +193,7 @@ def storage(runtime: str) -> Storage:
                                   "Persistence set to Files", session_bound=True)
     from lib import clouds
 
-    if runtime in clouds.RUNTIMES:  # Studio Lab, SageMaker, Paperspace: all on what persists
+    if runtime in clouds.RUNTIMES:  # the other clouds: run folders on what persists
         roles = clouds.storage(runtime)
         return Storage(roles.scratch, roles.durable, keeps=roles.keeps,
                        carry_over=roles.carry_over)
@@ -192,14 +204,18 @@ def storage(runtime: str) -> Storage:
 def input_roots(runtime: str, max_depth: int = 3) -> list[Path]:
     """Each folder the user attached, in both Kaggle layouts: the current one
     (`input/datasets/<owner>/<slug>`, `input/notebooks/<owner>/<slug>`,
-    `input/competitions/<slug>`) and the older `input/<slug>`. Data readers search these, a
+    `input/competitions/<slug>`, and models deeper:
+    `input/models/<owner>/<model>/<framework>/<variation>/<version>`) and the older
+    `input/<slug>`. Data readers search these, a
     bounded number of levels, never the whole tree."""
     roots = []
     for base in storage(runtime).inputs:
         if not base.is_dir():
             continue
         for kind in sorted(p for p in base.iterdir() if p.is_dir()):
-            if kind.name in ("datasets", "notebooks", "models") and max_depth >= 3:
+            if kind.name == "models" and max_depth >= 3:  # <owner>/<model>/<framework>/
+                roots += sorted(q for q in kind.glob("*/*/*/*/*") if q.is_dir())  # <var>/<ver>
+            elif kind.name in ("datasets", "notebooks") and max_depth >= 3:
                 roots += sorted(q for owner in sorted(kind.iterdir()) if owner.is_dir()
                                 for q in owner.iterdir() if q.is_dir())
             elif kind.name == "competitions":
@@ -231,7 +247,10 @@ def session_limit_hours(platform: Platform, runtime: str, environ=None) -> float
     environ = os.environ if environ is None else environ
     limit = None
     if runtime != "local":
-        limit = platform.session_hours if platform.runtime == runtime else 12.0
+        from lib import clouds
+
+        limit = (platform.session_hours if platform.runtime == runtime
+                 else clouds.SESSION_HOURS.get(runtime, 12.0))
     if environ.get(SESSION_HOURS_ENV):
         cap = float(environ[SESSION_HOURS_ENV])
         limit = cap if limit is None else min(limit, cap)

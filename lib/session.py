@@ -188,7 +188,8 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
     if cfg.seed is not None:  # None: a grid whose runs each bring their own seed
         torch.manual_seed(cfg.seed)
     data_dir, out_dir = cfg.paths(runtime)
-    clouds.check_out_dir(out_dir, runtime)  # Paperspace reserves `checkpoints` in /notebooks
+    # Paperspace reserves `checkpoints` in /notebooks; a Modal container keeps nothing
+    clouds.check_out_dir(out_dir, runtime, smoke=cfg.smoke)
     roles = storage(runtime)
     clock = _clock(platform, runtime, dist)
     batch = cfg.resolved_batch_size()
@@ -209,6 +210,8 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
         many = f" x {devices} devices" if devices > 1 else ""
         print(f"{platform.title} notebook on the {runtime} runtime -> {choice.describe()}{many}")
         print(where_line(data_dir, out_dir, roles, clock))
+        if note := clouds.clock_note(runtime, cfg.checkpoint_minutes):  # Modal's idle stop
+            print(note)
         if devices < platform.devices and choice.type == platform.accelerator:
             print(f"only {devices} of the {platform.devices} devices of {platform.title} are "
                   f"visible: training on {devices}. On Kaggle, set Accelerator to "

@@ -111,7 +111,8 @@ def test_badges_point_at_the_configured_fork():
     assert table.count("open-in-kaggle.svg") == runtimes.count("kaggle") >= 3
     head = [p.runtime for title in table.splitlines()[0].split(" | ")[1:]
             for p in PLATFORMS.values() if p.title == title.strip(" |")]
-    order = ["colab", "kaggle", "studiolab", "sagemaker", "paperspace", "local"]
+    order = ["colab", "kaggle", "studiolab", "sagemaker", "paperspace", "lightning", "modal",
+             "local"]
     assert head == sorted(head, key=order.index), head
     assert head[-1] == "local" and "sagemaker" in head, head
 
@@ -131,6 +132,25 @@ def test_the_other_clouds_badges_open_the_fork():
     assert paid.startswith("[SageMaker Studio / notebook instance](notebooks/sagemaker_gpu/")
     table = bn.badge_table(["fashion_mnist"], CFG)
     assert table.count("studiolab.svg") == table.count("gradient-badge.svg") == 1
+
+
+def test_lightning_and_modal_badges_open_the_fork():
+    """Lightning: the URL-encoded blob URL as `repo_url`; Modal: the blob URL after
+    /notebooks/new/ (modal-projects/training-gym links its notebooks so)."""
+    studio = rendered("lightning_studio").cells[0].source
+    assert studio.startswith(
+        "[![Open In Studio](https://pl-bolts-doc-images.s3.us-east-2.amazonaws.com/app-2/"
+        "studio-badge.svg)](https://lightning.ai/new?repo_url=https%3A%2F%2Fgithub.com%2F"
+        "someone%2Ffork%2Fblob%2Fdev%2Fnotebooks%2Flightning_studio%2Ffashion_mnist.ipynb)")
+    modal = rendered("modal").cells[0].source
+    assert modal.startswith(
+        "[![Open in Modal](https://modal-cdn.com/open-in-modal.svg)](https://modal.com/"
+        "notebooks/new/https://github.com/someone/fork/blob/dev/notebooks/modal/"
+        "fashion_mnist.ipynb)")
+    for platform in ("lightning_studio", "modal"):
+        assert set(rendered(platform).metadata) == {"kernelspec", "language_info"}
+    table = bn.badge_table(["fashion_mnist"], CFG)
+    assert table.count("studio-badge.svg") == table.count("open-in-modal.svg") == 1
 
 
 def test_rendering_is_byte_stable():

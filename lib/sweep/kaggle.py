@@ -115,6 +115,21 @@ def slug_for(base: str, cell: str) -> str:
     return slug
 
 
+# A pinned image in a push (kernel-metadata.json `docker_image`, or the notebook's
+# metadata.kaggle.dockerImageVersionId) makes Kaggle run a TpuV5E8 request on the CPU image,
+# silently (kaggle-cli#1197): a push never carries one; the service picks the current image.
+PINNED_IMAGE_KEYS = ("docker_image",)
+
+
+def unpinned(meta: dict, nb) -> list[str]:
+    """Drop every pinned image from a push's metadata and notebook; what was dropped."""
+    dropped = [k for k in PINNED_IMAGE_KEYS if meta.pop(k, None) is not None]
+    kaggle = nb.metadata.get("kaggle", {})
+    if kaggle.pop("dockerImageVersionId", None) is not None:
+        dropped.append("metadata.kaggle.dockerImageVersionId")
+    return dropped
+
+
 def prepare(cell, owner: str | None, attempt: int = 1, source: str | None = None,
             minutes: int | None = None) -> tuple[Path, str]:
     """CELL_DIR/kaggle/: kernel-metadata.json and the parameterised notebook; (folder, ref).
@@ -144,6 +159,9 @@ def prepare(cell, owner: str | None, attempt: int = 1, source: str | None = None
     params = {**spec["params"], "OUT_DIR": REMOTE_OUT}
     nb = parameterize_notebook(nb, params, kernel_name="python3", language="python")
     add_session_limit(nb, minutes)
+    if dropped := unpinned(meta, nb):
+        print(f"kaggle: {spec['name']}: pushed without the pinned image ({', '.join(dropped)}): "
+              "a pinned image runs a TPU request on the CPU image")
     nbformat.write(nb, folder / "notebook.ipynb")
     atomic.write_text(folder / "kernel-metadata.json", json.dumps(meta, indent=2))
     return folder, meta["id"]
