@@ -44,12 +44,12 @@ class DiskPeak:
     """Samples the used bytes of every file system the suite writes to; `peak` is the largest
     rise over the start, summed over file systems."""
 
-    def __init__(self, paths: list[Path], every: float = 1.0):
-        self.every, self.devices = every, {}
+    def __init__(self, paths: list[Path], every: float = 1.0, usage=shutil.disk_usage):
+        self.every, self.devices, self.usage = every, {}, usage
         for path in paths:
             path = next((p for p in [path, *path.parents] if p.exists()), Path("/"))
             self.devices.setdefault(os.stat(path).st_dev, path)
-        self.start = {dev: shutil.disk_usage(p).used for dev, p in self.devices.items()}
+        self.start = {dev: usage(p).used for dev, p in self.devices.items()}
         self.high = dict(self.start)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -60,7 +60,7 @@ class DiskPeak:
 
     def sample(self) -> None:
         for dev, path in self.devices.items():
-            self.high[dev] = max(self.high[dev], shutil.disk_usage(path).used)
+            self.high[dev] = max(self.high[dev], self.usage(path).used)
 
     def __enter__(self) -> DiskPeak:
         self._thread.start()
