@@ -14,6 +14,8 @@ import torch
 
 from bench import gpu_check
 
+pytestmark = pytest.mark.slow  # minutes of tiny training, compile and kills: not in test-quick
+
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
