@@ -40,9 +40,18 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml $(LOCK)
 	$(call make_venv,$(VENV),$(LOCK))
 
+# The XLA venv through uv (the main venv's), which links every file from its cache: the CUDA
+# libraries torch 2.9 brings are stored once for this venv and the Colab TPU lane (same torch),
+# not copied again (pip's copy was 7 GB), and the downloads run in parallel.
 install-xla: $(XLA_VENV)/.installed
-$(XLA_VENV)/.installed: pyproject.toml $(XLA_LOCK)
-	$(call make_venv,$(XLA_VENV),$(XLA_LOCK))
+$(XLA_VENV)/.installed: pyproject.toml $(XLA_LOCK) $(VENV)/.installed
+	rm -rf $(XLA_VENV)
+	$(VENV)/bin/uv venv --quiet --python $(PYTHON) $(XLA_VENV)
+	$(VENV)/bin/uv pip install --quiet --python $(XLA_PY) --require-hashes --no-deps \
+		-r $(XLA_LOCK)
+	$(VENV)/bin/uv pip install --quiet --python $(XLA_PY) --no-deps -e .
+	$(VENV)/bin/uv pip check --quiet --python $(XLA_PY)
+	touch $@
 
 # Refresh every lock to the newest versions the ranges allow (README, "Locked versions"); then
 # `make test` proves them and the commit carries them. main.lock covers Linux, macOS and
