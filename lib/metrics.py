@@ -42,18 +42,21 @@ class Accuracy:
         self.reset()
 
     def reset(self) -> None:
-        self.correct = self.seen = None
+        self.correct = None
+        # A Python int: the batch size is known on the host. A device counter made with
+        # torch.tensor(n, device=...) was a blocking host-to-device copy per batch, which on a
+        # GPU waits for every queued kernel (tests/test_fake_cuda.py).
+        self.seen = 0
 
     def update(self, output, target) -> None:
         hits = (_logits(output).argmax(dim=-1) == target).sum()
-        n = torch.tensor(target.shape[0], device=target.device)
         self.correct = hits if self.correct is None else self.correct + hits
-        self.seen = n if self.seen is None else self.seen + n
+        self.seen += target.shape[0]
 
     def compute(self) -> dict[str, float]:
-        if self.seen is None:
+        if not self.seen:
             return {"accuracy": float("nan")}
-        return {"accuracy": float(self.correct) / float(self.seen)}
+        return {"accuracy": float(self.correct) / self.seen}
 
 
 class ConfusionMatrix:
