@@ -73,8 +73,12 @@ class ConfusionMatrix:
     def update(self, output, target) -> None:
         pred = _logits(output).argmax(dim=-1)
         flat = target.long() * self.num_classes + pred.long()
-        c = torch.bincount(flat, minlength=self.num_classes**2)
-        self.counts = c if self.counts is None else self.counts + c
+        if self.counts is None:
+            self.counts = torch.zeros(self.num_classes**2, dtype=torch.long, device=flat.device)
+        # A scatter into a fixed-size counter, not torch.bincount: CUDA's bincount reads the
+        # input's min and max on the host (two syncs per batch) to size its output, and XLA
+        # cannot know that size ahead (tests/test_fake_cuda.py).
+        self.counts.index_add_(0, flat, torch.ones_like(flat))
 
     def matrix(self) -> torch.Tensor:
         n = self.num_classes

@@ -156,6 +156,15 @@ class Recorder(TorchDispatchMode):
     def __post_init__(self) -> None:
         super().__init__()
 
+    @contextlib.contextmanager
+    def building(self):
+        """Modules built inside need no values: their initialisation stays fake."""
+        self.host_real = False
+        try:
+            yield
+        finally:
+            self.host_real = True
+
     def note(self, kind: str, what: str) -> None:
         finding = Finding(kind, what, *caller())
         if finding not in self.findings:
@@ -178,7 +187,11 @@ class Recorder(TorchDispatchMode):
         if func is aten.is_pinned.default:
             return getattr(args[0], PINNED, False)
         if func is aten.bincount.default and isinstance(args[0], FakeTensor):
-            # its length depends on the values (max + 1); fake tensors have none: minlength
+            # Its length is max + 1 of the values, read on the host (CUDA's kernel: min and
+            # max, two syncs); fake tensors have no values: minlength.
+            if self.in_loop and _is_device(args[0]):
+                self.note(SYNC, "torch.bincount of a device tensor (its kernel reads the "
+                                "input's min and max on the host to size the output)")
             n = args[2] if len(args) > 2 else kwargs.get("minlength", 0)
             dtype = torch.int64 if (args[1] if len(args) > 1 else kwargs.get("weights")) \
                 is None else torch.float64
@@ -408,6 +421,17 @@ def fake_cuda(recorder: Recorder | None = None):
         yield recorder
 
 
+def _on_the_device(task: Task) -> None:
+    """After the resume: weights and optimizer state on the device (torch keeps the step
+    counts of Adam-like optimizers on the CPU by design: 0-dim, skipped)."""
+    for name, p in task.model.named_parameters():
+        assert p.device.type == "cuda", f"parameter {name} is on {p.device} after the resume"
+    for state in task.optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.dim():
+                assert value.device.type == "cuda", f"optimizer state {key} on {value.device}"
+
+
 def dry_run(build: Callable[[torch.device], tuple[Task, dict]], make_loaders, choice,
             out: Path, workload: str = "dry_run", allowed=ALLOWED) -> Recorder:
     """Epoch 1 (one step, one evaluation batch, a checkpoint), then a fresh task resumed
@@ -417,11 +441,8 @@ def dry_run(build: Callable[[torch.device], tuple[Task, dict]], make_loaders, ch
     device = choice.torch_device
     with fake_cuda() as rec:
         for epochs in (1, 2):
-            rec.host_real = False
-            try:
+            with rec.building():
                 task, model_config = build(device)
-            finally:
-                rec.host_real = True
             train, test = make_loaders(device)
             run = Run(out, workload, model_config, tensorboard=False, progress=False)
             try:
@@ -430,7 +451,6 @@ def dry_run(build: Callable[[torch.device], tuple[Task, dict]], make_loaders, ch
             finally:
                 run.close()
             assert [r["epoch"] for r in history] == list(range(1, epochs + 1)), history
-            for p in task.model.parameters():
-                assert p.device.type == "cuda", (p.shape, p.device)
+            _on_the_device(task)
     rec.check(allowed)
     return rec
