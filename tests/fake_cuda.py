@@ -7,7 +7,8 @@ tensors to be on the same device"); a `Recorder` layered over the fake mode also
 a GPU would run but MPS or a TPU would reject or a GPU would stall on: float64 tensors on the
 device and host synchronisations inside the per-batch loop. `dry_run` trains one step,
 evaluates one batch, saves the epoch's checkpoint and resumes from it (a second epoch: one
-more step after `_restore`), then fails with one line per finding not in `ALLOWED`.
+more step after `_restore`), then fails with one line per finding not in `ALLOWED`
+(tests/device_findings.py).
 
 What fake mode cannot carry is stubbed at the narrowest point (tests/test_fake_cuda.py's
 docstring lists each and why). The device is chosen by `lib.device.choose_device` from a
@@ -17,8 +18,6 @@ patched `lib.device.probe` (a T4, sm_75, or an A100, sm_80), never built by hand
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,13 +33,20 @@ from lib.device import Probe, choose_device
 from lib.platforms import get_platform
 from lib.run import Run
 from lib.train import Task, fit
+from tests.device_findings import (
+    ALLOWED,
+    CHECKPOINT,
+    FLOAT64,
+    SYNC,
+    DryRunError,
+    Finding,
+    caller,
+)
+
+__all__ = ["A100", "ALLOWED", "CHECKPOINT", "FLOAT64", "SYNC", "T4", "DryRunError", "Finding",
+           "Recorder", "Replay", "Watched", "cuda_choice", "dry_run", "fake_cuda"]
 
 aten = torch.ops.aten
-REPO = Path(__file__).resolve().parents[1]
-TORCH_DIR = str(Path(torch.__file__).resolve().parent)
-HERE = str(Path(__file__).resolve())
-# Frames in these files are "inside the library", not the code that asked for the op.
-_SKIP = (TORCH_DIR, HERE, contextlib.__file__, mock.__file__)
 
 T4 = Probe(cuda=True, cuda_name="Tesla T4", capability=(7, 5),
            arch_list=("sm_75", "sm_80", "sm_86", "sm_90"), cuda_count=1)
@@ -49,82 +55,6 @@ A100 = Probe(cuda=True, cuda_name="NVIDIA A100-SXM4-40GB", capability=(8, 0),
 
 PINNED = "_dry_run_pinned"  # pin_memory()'s mark, read by is_pinned()
 ORIGIN = "_dry_run_origin"  # where a CPU tensor was made: "aten.zeros at lib/x.py:3 in f"
-SYNC, FLOAT64, CHECKPOINT = "host sync", "float64 on the device", "device tensor in a checkpoint"
-
-
-@dataclass(frozen=True)
-class Allow:
-    """A finding the dry run accepts: its kind, the file and source text of the line that
-    causes it, and why it is acceptable."""
-
-    kind: str
-    file: str  # repository-relative path (or torch-relative for torch's own code)
-    code: str  # a piece of that line's source
-    reason: str
-
-    def matches(self, f: Finding) -> bool:
-        return f.kind == self.kind and f.file == self.file and self.code in f.code
-
-
-# The one list of findings that are accepted, each with its reason.
-ALLOWED: tuple[Allow, ...] = (
-    Allow(SYNC, "lib/train.py", "self.scaler.step(optimizer)",
-          "torch's GradScaler.step reads found_inf (.item()) to skip a step whose fp16 "
-          "gradients overflowed: the price of fp16 AMP, once per step, on T4-class GPUs only "
-          "(bf16 on sm_80+ and XLA have no scaler)"),
-    Allow(FLOAT64, "lib/train.py", "self.scaler.unscale_(optimizer)",
-          "torch's GradScaler.unscale_ takes 1/scale of its one-element scale in float64 on "
-          "CUDA (on MPS it stays float32 by itself): torch's code, one scalar"),
-    Allow(SYNC, "lib/metrics_seg.py", "pred.cpu().numpy(), gt.cpu().numpy()",
-          "PdFaMetric labels connected components with scipy.ndimage on the host: one copy "
-          "per evaluation batch, never in training (its docstring says so)"),
-)
-
-
-@dataclass(frozen=True)
-class Finding:
-    """Something a real device would reject or stall on, and where the code asked for it."""
-
-    kind: str
-    what: str  # the op and the tensor, e.g. ".item() (aten._local_scalar_dense) of cuda:0"
-    file: str
-    line: int
-    function: str
-    code: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.what} at {self.file}:{self.line} in {self.function}: " \
-               f"{self.code.strip()}"
-
-
-class DryRunError(AssertionError):
-    """The fake-CUDA dry run found device errors, float64 or host syncs."""
-
-
-def _relative(path: str) -> str:
-    p = os.path.abspath(path)
-    if p.startswith(TORCH_DIR):
-        return "torch/" + os.path.relpath(p, TORCH_DIR)
-    with contextlib.suppress(ValueError):
-        rel = os.path.relpath(p, REPO)
-        if not rel.startswith(".."):
-            return rel
-    return p
-
-
-def caller() -> tuple[str, int, str, str]:
-    """(file, line, function, source) of the innermost frame outside torch and this module:
-    the code that asked for the op."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_SKIP):
-        frame = frame.f_back
-    if frame is None:
-        return "?", 0, "?", ""
-    import linecache
-
-    name = frame.f_code.co_filename
-    return (_relative(name), frame.f_lineno, frame.f_code.co_name,
-            linecache.getline(name, frame.f_lineno))
 
 
 def _tensors(tree) -> list[torch.Tensor]:
@@ -204,7 +134,7 @@ class Recorder(TorchDispatchMode):
             self._outputs(func, out)
             return out
         if func is aten._to_copy.default and _is_device(args[0]) \
-                and kwargs.get("device", args[0].device).type == "cpu":
+                and (kwargs.get("device") or args[0].device).type == "cpu":
             return self._host_copy(args[0], kwargs)
         try:
             out = func(*args, **kwargs)
@@ -225,8 +155,7 @@ class Recorder(TorchDispatchMode):
                                                          kwargs.get("non_blocking", False))
         else:
             src, blocking = args[0], not kwargs.get("non_blocking", False)
-            dst_device = kwargs.get("device", src.device)
-            dst = torch.empty(0, device="meta") if dst_device is None else None
+            dst_device = kwargs.get("device") or src.device
             if dst_device.type == "cuda" and src.device.type == "cpu" and blocking:
                 self.note(SYNC, "a blocking copy of a host tensor to the device (torch.tensor("
                                 "..., device=...) or .to(device) without non_blocking)")
@@ -236,7 +165,7 @@ class Recorder(TorchDispatchMode):
             return
         if _is_device(src) and dst.device.type == "cpu":
             self.note(SYNC, f"a copy of a {src.device} tensor to the host (copy_)")
-        elif _is_device(dst) and src.device.type == "cpu" and blocking and src.dim():
+        elif _is_device(dst) and src.device.type == "cpu" and blocking:
             self.note(SYNC, "a blocking copy of a host tensor to the device (copy_)")
 
     def _host_copy(self, src: torch.Tensor, kwargs) -> torch.Tensor:
@@ -294,14 +223,14 @@ class Watched:
     """A loader whose iteration is "the loop": host syncs are findings while it runs."""
 
     def __init__(self, loader, recorder: Recorder) -> None:
-        self.loader, self.recorder = loader, recorder
+        self.loader, self.recorder, self.passes = loader, recorder, 0
         self.batch_size, self.sampler = loader.batch_size, loader.sampler
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator:
-        self.recorder.in_loop = True
+        self.recorder.in_loop, self.passes = True, self.passes + 1
         try:
             yield from self.loader
         finally:
@@ -436,7 +365,7 @@ def dry_run(build: Callable[[torch.device], tuple[Task, dict]], make_loaders, ch
             out: Path, workload: str = "dry_run", allowed=ALLOWED) -> Recorder:
     """Epoch 1 (one step, one evaluation batch, a checkpoint), then a fresh task resumed
     from that checkpoint for epoch 2, all under fake CUDA; `build(device)` is a workload's
-    build_task, `make_loaders(device, recorder)` its (train, eval) loaders. Raises
+    build_task, `make_loaders(device)` its (train, eval) loaders. Raises
     DryRunError on a device mix or a finding not in `allowed`; returns the Recorder."""
     device = choice.torch_device
     with fake_cuda() as rec:
@@ -445,12 +374,13 @@ def dry_run(build: Callable[[torch.device], tuple[Task, dict]], make_loaders, ch
                 task, model_config = build(device)
             train, test = make_loaders(device)
             run = Run(out, workload, model_config, tensorboard=False, progress=False)
+            train, test = Watched(train, rec), Watched(test, rec)
             try:
-                history = fit(task, Watched(train, rec), Watched(test, rec), choice, run,
-                              epochs, max_batches=1)
+                history = fit(task, train, test, choice, run, epochs, max_batches=1)
             finally:
                 run.close()
             assert [r["epoch"] for r in history] == list(range(1, epochs + 1)), history
+            assert train.passes == test.passes == 1, "the second fit did not resume"
             _on_the_device(task)
     rec.check(allowed)
     return rec

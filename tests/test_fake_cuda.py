@@ -7,7 +7,7 @@ by `lib.device.choose_device` from a patched probe (a T4: fp16 autocast + GradSc
 A100: bf16 autocast), one training step, one evaluation batch, the epoch's checkpoint, and a
 fresh task resumed from it for one more step. A tensor left on the CPU fails as on a GPU,
 naming where it was made; float64 device tensors and host syncs in the batch loop fail
-unless `tests.fake_cuda.ALLOWED` (the one list, each entry with its reason) accepts them.
+unless `tests.device_findings.ALLOWED` (the one list, each entry with its reason) accepts them.
 The planted-mistake tests prove each kind is caught and named.
 
 Stubbed, at the narrowest point, because fake mode cannot carry it:
@@ -57,6 +57,7 @@ from lib.optim import OPTIMIZERS, make_optimizer, resolved_hparams
 from lib.workloads import fashion_mnist as fashion_workload
 from lib.workloads import get, mamba_spike, mshnet, names, optimizer_study
 from tests import fake_cuda
+from tests.device_findings import ALLOWED
 from tests.fake_cuda import A100, FLOAT64, SYNC, T4, DryRunError, Replay, cuda_choice, dry_run
 
 pytestmark = pytest.mark.quick
@@ -279,6 +280,6 @@ def test_a_planted_mistake_is_caught_and_named(changes, marker, words, tmp_path)
 
 def test_an_allowance_needs_its_reason_and_every_one_is_used():
     """ALLOWED is the one list; each entry says why (the workload tests show each is hit)."""
-    assert all(len(a.reason) > 40 for a in fake_cuda.ALLOWED)
-    assert {(a.kind, a.file) for a in fake_cuda.ALLOWED} == {
+    assert all(len(a.reason) > 40 for a in ALLOWED)
+    assert {(a.kind, a.file) for a in ALLOWED} == {
         (SYNC, "lib/train.py"), (FLOAT64, "lib/train.py"), (SYNC, "lib/metrics_seg.py")}
