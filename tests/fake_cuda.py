@@ -361,6 +361,22 @@ def _on_the_device(task: Task) -> None:
                 assert value.device.type == "cuda", f"optimizer state {key} on {value.device}"
 
 
+@contextlib.contextmanager
+def _findings_first(rec: Recorder, allowed):
+    """When the run fails after findings (a placeholder value 0 divided by, say), the findings
+    are the message; the failure is chained to it."""
+    try:
+        yield
+    except DryRunError:
+        raise
+    except Exception as exc:
+        try:
+            rec.check(allowed)
+        except DryRunError as found:
+            raise DryRunError(f"{found}\nthen: {type(exc).__name__}: {exc}") from exc
+        raise
+
+
 def dry_run(build: Callable[[torch.device], tuple[Task, dict]], make_loaders, choice,
             out: Path, workload: str = "dry_run", allowed=ALLOWED) -> Recorder:
     """Epoch 1 (one step, one evaluation batch, a checkpoint), then a fresh task resumed
@@ -368,7 +384,7 @@ def dry_run(build: Callable[[torch.device], tuple[Task, dict]], make_loaders, ch
     build_task, `make_loaders(device)` its (train, eval) loaders. Raises
     DryRunError on a device mix or a finding not in `allowed`; returns the Recorder."""
     device = choice.torch_device
-    with fake_cuda() as rec:
+    with fake_cuda() as rec, _findings_first(rec, allowed):
         for epochs in (1, 2):
             with rec.building():
                 task, model_config = build(device)
