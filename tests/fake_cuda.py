@@ -161,7 +161,7 @@ class Recorder(TorchDispatchMode):
                                 "..., device=...) or .to(device) without non_blocking)")
             if dst_device.type == "cpu" and _is_device(src):
                 self.note(SYNC, f"a copy of a {src.device} tensor to the host (.cpu(), "
-                                ".tolist(), .numpy(), printing)")
+                                ".tolist(), .cpu().numpy())")
             return
         if _is_device(src) and dst.device.type == "cpu":
             self.note(SYNC, f"a copy of a {src.device} tensor to the host (copy_)")
