@@ -42,18 +42,21 @@ class Accuracy:
         self.reset()
 
     def reset(self) -> None:
-        self.correct = self.seen = None
+        self.correct = None
+        # A Python int: the batch size is known on the host. A device counter made with
+        # torch.tensor(n, device=...) was a blocking host-to-device copy per batch, which on a
+        # GPU waits for every queued kernel (tests/test_fake_cuda.py).
+        self.seen = 0
 
     def update(self, output, target) -> None:
         hits = (_logits(output).argmax(dim=-1) == target).sum()
-        n = torch.tensor(target.shape[0], device=target.device)
         self.correct = hits if self.correct is None else self.correct + hits
-        self.seen = n if self.seen is None else self.seen + n
+        self.seen += target.shape[0]
 
     def compute(self) -> dict[str, float]:
-        if self.seen is None:
+        if not self.seen:
             return {"accuracy": float("nan")}
-        return {"accuracy": float(self.correct) / float(self.seen)}
+        return {"accuracy": float(self.correct) / self.seen}
 
 
 class ConfusionMatrix:
@@ -70,8 +73,12 @@ class ConfusionMatrix:
     def update(self, output, target) -> None:
         pred = _logits(output).argmax(dim=-1)
         flat = target.long() * self.num_classes + pred.long()
-        c = torch.bincount(flat, minlength=self.num_classes**2)
-        self.counts = c if self.counts is None else self.counts + c
+        if self.counts is None:
+            self.counts = torch.zeros(self.num_classes**2, dtype=torch.long, device=flat.device)
+        # A scatter into a fixed-size counter, not torch.bincount: CUDA's bincount reads the
+        # input's min and max on the host (two syncs per batch) to size its output, and XLA
+        # cannot know that size ahead (tests/test_fake_cuda.py).
+        self.counts.index_add_(0, flat, torch.ones_like(flat))
 
     def matrix(self) -> torch.Tensor:
         n = self.num_classes
