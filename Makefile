@@ -18,7 +18,7 @@ JOBS ?= 2
 # thread apiece keeps 2 cores from thrashing (torch's default would take every core each).
 
 .PHONY: install install-xla lock fuse lanes demo test test-main test-slurm test-xla test-lanes lint \
-	notebooks check bench clean gpu-check gpu-wheels
+	notebooks check bench clean gpu-check gpu-wheels docs docs-deps
 
 # A venv $(1) with exactly the packages of lock $(2), then the library itself (no deps: the
 # lock has them all). First one line, not pip's "no matching
@@ -48,7 +48,7 @@ $(XLA_VENV)/.installed: pyproject.toml $(XLA_LOCK)
 # Python 3.11+ (markers pick per machine); the hosted images' bootstrap locks follow images.toml.
 lock: install
 	$(UV_COMPILE) --universal --python-version 3.11 --extra dev --extra jupyter \
-		pyproject.toml requirements/main.in -o $(LOCK)
+		--extra docs pyproject.toml requirements/main.in -o $(LOCK)
 	$(UV_COMPILE) --python-platform x86_64-manylinux_2_28 --python-version 3.11 --extra dev \
 		pyproject.toml requirements/xla.in -o $(XLA_LOCK)
 	$(PY) -m tests.lanes lock
@@ -86,7 +86,7 @@ test: test-main
 	rm -f $$log; test $$xla -eq 0 && test $$rc -eq 0
 	$(MAKE) --no-print-directory test-lanes
 
-test-main: install fuse
+test-main: install fuse docs-deps
 	OMP_NUM_THREADS=1 $(PY) -m tests.environment
 	$(VENV)/bin/ruff check .
 	$(PY) build_notebooks.py --check
@@ -114,6 +114,20 @@ lanes: install
 # Each image's notebooks run in order in its lane, one pytest per lane, JOBS lanes at a time.
 test-lanes: lanes
 	TA_LANES_DIR=$(LANES_DIR) OMP_NUM_THREADS=1 JOBS=$(JOBS) $(PY) -m tests.lanes test
+
+# The documentation site, from nothing: each workload's local notebook run once by papermill
+# (SMOKE on the offline sample, on the CPU), the pages around them, sphinx-build -W; open
+# docs/_build/html/index.html (offline). tests/test_docs_site.py builds it and checks it in
+# Debian's chromium, which `docs-deps` installs (root, Debian) with axe-core (docs/package.json).
+docs: install
+	OMP_NUM_THREADS=1 JOBS=$(JOBS) $(PY) docs/build.py
+
+docs-deps:
+	@command -v chromium >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || { echo "make \
+	docs-deps: chromium is missing and could not be installed here: apt-get install chromium"; \
+	exit 1; }
+	cd docs && npm ci --no-audit --no-fund --silent
 
 bench: install
 	$(PY) -m bench
