@@ -60,15 +60,15 @@ def log(msg: str) -> None:
 
 # ---- 1. run the notebooks ---------------------------------------------------------------
 
-def _execute(workload: str) -> tuple[str, float]:
-    """notebooks/local/<workload>.ipynb -> EXECUTED/<workload>.ipynb; returns its seconds."""
+def _execute(workload: str, executed: Path, runs: Path) -> tuple[str, float]:
+    """notebooks/local/<workload>.ipynb -> executed/<workload>.ipynb; returns its seconds."""
     import papermill
 
     start = time.monotonic()
     notebook = ROOT / "notebooks" / SITE_PLATFORM / f"{workload}.ipynb"
-    params = {**SMOKE_PARAMETERS, "OUT_DIR": str(RUNS / workload / "runs"),
-              "DATA_DIR": str(RUNS / workload / "data")}
-    papermill.execute_notebook(str(notebook), str(EXECUTED / f"{workload}.ipynb"),
+    params = {**SMOKE_PARAMETERS, "OUT_DIR": str(runs / workload / "runs"),
+              "DATA_DIR": str(runs / workload / "data")}
+    papermill.execute_notebook(str(notebook), str(executed / f"{workload}.ipynb"),
                                parameters=params, cwd=str(notebook.parent),
                                progress_bar=False, kernel_name="python3")
     return workload, time.monotonic() - start
@@ -82,7 +82,8 @@ def execute_all(workloads: list[str], jobs: int) -> None:
     os.environ.update(TA_DEVICE="cpu", OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for workload, seconds in pool.map(_execute, workloads):
+        n = len(workloads)
+        for workload, seconds in pool.map(_execute, workloads, [EXECUTED] * n, [RUNS] * n):
             log(f"executed {workload} in {seconds:.0f} s")
 
 
@@ -374,19 +375,29 @@ def sphinx() -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
+def use_build_folder(build: Path) -> None:
+    """Build under `build` instead of docs/_build (the tests build in a temporary folder)."""
+    global BUILD, EXECUTED, RUNS, SRC, HTML
+    BUILD = build.resolve()
+    EXECUTED, RUNS, SRC, HTML = (BUILD / n for n in ("executed", "runs", "src", "html"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reuse", action="store_true",
                         help="keep the notebooks executed by the last build")
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("JOBS", "2")))
+    parser.add_argument("--build", type=Path, default=BUILD,
+                        help="the build folder (default docs/_build; the site is its html/)")
     args = parser.parse_args(argv)
+    use_build_folder(args.build)
     start = time.monotonic()
     workloads = contract.names()
     if not (args.reuse and all((EXECUTED / f"{w}.ipynb").exists() for w in workloads)):
         execute_all(workloads, args.jobs)
     stage(build_facts())
     sphinx()
-    log(f"built {HTML.relative_to(ROOT)}/index.html in {time.monotonic() - start:.0f} s")
+    log(f"built {HTML}/index.html in {time.monotonic() - start:.0f} s")
     return 0
 
 
