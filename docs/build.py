@@ -66,8 +66,10 @@ def _execute(workload: str, executed: Path, runs: Path) -> tuple[str, float]:
 
     start = time.monotonic()
     notebook = ROOT / "notebooks" / SITE_PLATFORM / f"{workload}.ipynb"
-    params = {**SMOKE_PARAMETERS, "OUT_DIR": str(runs / workload / "runs"),
-              "DATA_DIR": str(runs / workload / "data")}
+    # relative to the project (as a user writes them) when the build is inside it
+    where = runs / workload
+    where = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
+    params = {**SMOKE_PARAMETERS, "OUT_DIR": str(where / "runs"), "DATA_DIR": str(where / "data")}
     papermill.execute_notebook(str(notebook), str(executed / f"{workload}.ipynb"),
                                parameters=params, cwd=str(notebook.parent),
                                progress_bar=False, kernel_name="python3")
@@ -193,7 +195,8 @@ def platform_tabs(workload: str, cfg: dict) -> str:
     lines = ["::::{tab-set}", f":sync-group: {SYNC_GROUP}", ""]
     for p in ordered_platforms():
         lines += [f":::{{tab-item}} {short_title(p)}", f":sync: {p.name}", "",
-                  badge_markdown(p, workload, cfg, "../"), "", "| | |", "|---|---|"]
+                  badge_markdown(p, workload, cfg, "../"), "",
+                  f"| {workload} | on {short_title(p)} |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in platform_facts(p, workload)]
         lines += ["", f"{{download}}`Download {workload}.ipynb for {short_title(p)} "
                   f"<../notebooks/{p.name}/{workload}.ipynb>` · "
@@ -234,9 +237,12 @@ def workload_page(workload: str, facts: dict) -> tuple[nbformat.NotebookNode, di
             continue
         if "# @title Bootstrap" in cell.source:
             cell.metadata.setdefault("tags", []).append("hide-input")
-        for out in cell.get("outputs", []):
+        # A progress bar is an ipywidget (its JavaScript would come from a CDN) whose text form
+        # froze at 0%; the epoch rows printed beside it say the same, so it is left out.
+        cell.outputs = [o for o in cell.get("outputs", []) if
+                        "application/vnd.jupyter.widget-view+json" not in o.get("data", {})]
+        for out in cell.outputs:
             data = out.get("data", {})
-            data.pop("application/vnd.jupyter.widget-view+json", None)
             if "image/png" in data:
                 thumb = thumb or data["image/png"]
                 cell.metadata["mystnb"] = {"image": {
@@ -267,6 +273,7 @@ def platform_page(p: plat.Platform, cfg: dict) -> str:
     lines = [f"# {p.title}", "",
              f"`{p.name}`: {p.gpu}" + (f" ({p.status})" if p.status else "") + ".", "",
              "## What differs here", "", "| | |", "|---|---|"]
+    lines[-2:] = [f"| | on {short_title(p)} |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in platform_facts(p)]
     lines += ["", "The default batch depends on the workload: each workload's page lists it "
               "under this platform's tab.", "", "## Open a notebook", ""]

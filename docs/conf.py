@@ -22,9 +22,7 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 nb_execution_mode = "off"  # render papermill's outputs; never execute here
 nb_merge_streams = True
-# A progress bar is an ipywidget plus its text form; the text form is what a static page can
-# show (the widget's JavaScript would come from a CDN).
-nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None)]
+nb_render_markdown_format = "myst"  # a results table a cell displays as Markdown is a table
 exclude_patterns = ["_build", "notebooks/**", "platform-notes/**", "node_modules/**",
                     "**.ipynb_checkpoints"]
 suppress_warnings = ["myst.header"]  # BENCHMARKS.md's own heading levels, included as written
@@ -44,7 +42,8 @@ html_theme_options = {
     "navigation_with_keys": False,
     "footer_start": ["copyright"],
     "footer_end": ["theme-version"],
-    "secondary_sidebar_items": ["page-toc"],
+    # the notebooks' code and outputs get the width the right-hand column would take
+    "secondary_sidebar_items": {"**": ["page-toc"], "workloads/*": []},
     "use_edit_page_button": False,
 }
 html_context = {"default_mode": "auto"}
