@@ -367,6 +367,10 @@ def stage(facts: dict) -> None:
     for p in plat.PLATFORMS.values():
         (SRC / "platforms" / f"{p.name}.md").write_text(platform_page(p, facts))
     (SRC / "benchmarks.md").write_text(benchmarks_page())
+    versions = SRC / "guides" / "locked-versions.md"  # the hosted images' table, as README's
+    versions.write_text(build_notebooks._between(
+        versions.read_text(), build_notebooks.IMAGES,
+        build_notebooks.images_table(ROOT / "images.toml"), "table of hosted images"))
 
 
 # ---- 3. Sphinx --------------------------------------------------------------------------

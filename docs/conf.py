@@ -43,7 +43,11 @@ html_theme_options = {
     "footer_start": ["copyright"],
     "footer_end": ["theme-version"],
     # the notebooks' code and outputs get the width the right-hand column would take
-    "secondary_sidebar_items": {"**": ["page-toc"], "workloads/*": []},
+    "secondary_sidebar_items": {
+        **{page: ["page-toc"] for page in ("index", "gallery", "benchmarks",
+                                           "your-own-experiment", "guides/*", "platforms/*")},
+        "workloads/*": [],
+    },
     "use_edit_page_button": False,
 }
 html_context = {"default_mode": "auto"}
