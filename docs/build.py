@@ -151,8 +151,10 @@ def platform_facts(p: plat.Platform, workload: str | None = None) -> list[tuple[
         facts.append(("default batch", per))
     for label, roles, data, out in storage_variants(p, workload or "<workload>"):
         where = f" ({label})" if label else ""
-        facts.append((f"data{where}", f"`{data}`"))
-        facts.append((f"results{where}", f"`{out}`: {roles.keeps or 'kept on this disk'}"))
+        data, out = (f"`{d}`" if d.is_absolute() else f"`./{d}` (in the project)"
+                     for d in (data, out))
+        facts.append((f"data{where}", data))
+        facts.append((f"results{where}", f"{out}: {roles.keeps or 'kept on this disk'}"))
     limit = plat.session_limit_hours(p, p.runtime, environ={})
     facts.append(("session limit", f"{limit:g} h: training saves and stops before it"
                   if limit else "none"))
@@ -276,12 +278,15 @@ def platform_page(p: plat.Platform, cfg: dict) -> str:
     lines[-2:] = [f"| | on {short_title(p)} |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in platform_facts(p)]
     lines += ["", "The default batch depends on the workload: each workload's page lists it "
-              "under this platform's tab.", "", "## Open a notebook", ""]
-    for w in contract.names():
-        lines.append(f"- `{w}`: {badge_markdown(p, w, cfg, '../')} "
-                     f"{{download}}`{w}.ipynb <../notebooks/{p.name}/{w}.ipynb>`")
+              "under this platform's tab."]
     if notes.exists():
         lines += ["", notes.read_text().strip()]
+    lines += ["", "## The notebooks", ""]
+    for w in contract.names():
+        has_badge = build_notebooks.badge_parts(p, cfg, "x") is not None
+        opened = f"{badge_markdown(p, w, cfg, '../')} " if has_badge else ""
+        lines.append(f"- `{w}`: {opened}"
+                     f"{{download}}`{w}.ipynb <../notebooks/{p.name}/{w}.ipynb>`")
     return "\n".join([*lines, ""])
 
 
@@ -302,8 +307,10 @@ def platforms_index(cfg: dict) -> str:
 def benchmarks_page() -> str:
     """BENCHMARKS.md as recorded (never re-run here), after a figure of its compile ratios."""
     text = (ROOT / "BENCHMARKS.md").read_text()
+    section = text.partition("\n## torch.compile vs eager")[2].partition("\n## ")[0]
+    # | workload | model, batch | eager steps/s | compiled steps/s | compiled / eager | per round |
     rows = re.findall(r"^\| (\w+) \| ([^|]+) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| ([\d. ]+) \|",
-                      text, re.MULTILINE)
+                      section, re.MULTILINE)
     intro, _, rest = text.partition("\n")
     figure = ""
     if rows:
@@ -322,7 +329,7 @@ def compile_figure(rows, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{w}\n{model.split(',')[-1].strip()}" for w, model, _, _ in rows]
+    labels = [model.strip().replace(", ", "\n", 1) for _, model, _, _ in rows]
     fig, ax = plt.subplots(figsize=(7, 0.6 + 0.55 * len(rows)), dpi=110)
     for i, (_, _, median, rounds) in enumerate(rows):
         ax.barh(i, float(median), color="#4c72b0")
