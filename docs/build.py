@@ -231,7 +231,7 @@ def workload_page(workload: str, facts: dict) -> tuple[nbformat.NotebookNode, di
     intro = next(c for c in nb.cells if c.cell_type == "markdown")
     title, _, rest = intro.source.partition("\n")
     intro.source = "\n\n".join([title, platform_tabs(workload, facts), banner(facts), rest])
-    heading, thumb = title.lstrip("# ").strip(), None
+    heading, figures = title.lstrip("# ").strip(), []
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             found = re.search(r"^#+ (.+)$", cell.source, re.MULTILINE)
@@ -246,11 +246,19 @@ def workload_page(workload: str, facts: dict) -> tuple[nbformat.NotebookNode, di
         for out in cell.outputs:
             data = out.get("data", {})
             if "image/png" in data:
-                thumb = thumb or data["image/png"]
+                figures.append((data["image/png"], heading))
                 cell.metadata["mystnb"] = {"image": {
                     "alt": f"{heading}: a figure this build's run drew (synthetic sample)"}}
     return nb, {"title": title.lstrip("# ").strip(), "line": first_sentence(rest),
-                "thumb": thumb}
+                "thumb": thumbnail(figures)}
+
+
+def thumbnail(figures: list[tuple[str, str]]) -> tuple[bytes, str] | None:
+    """The notebook's first figure (PNG bytes, its section): each notebook draws what it
+    trains on first (garments, event frames, infrared targets, CIFAR images)."""
+    import base64
+
+    return (base64.b64decode(figures[0][0]), figures[0][1]) if figures else None
 
 
 def gallery(cards: dict[str, dict]) -> str:
@@ -264,7 +272,7 @@ def gallery(cards: dict[str, dict]) -> str:
                   ":link-type: doc", ":class-card: workload-card"]
         if card["thumb"]:
             lines += [f":img-top: workloads/{w}-thumb.png",
-                      f":img-alt: A figure from the executed {w} notebook"]
+                      f":img-alt: {card['thumb'][1]}: a figure from the executed notebook"]
         lines += ["", card["line"], "", f"`{w}`", ":::", ""]
     return "\n".join([*lines, "::::", "", "```{toctree}", ":hidden:", "",
                       *(f"workloads/{w}" for w in cards), "```", ""])
@@ -364,10 +372,7 @@ def stage(facts: dict) -> None:
         nb, cards[w] = workload_page(w, facts)
         nbformat.write(nb, SRC / "workloads" / f"{w}.ipynb")
         if cards[w]["thumb"]:
-            import base64
-
-            (SRC / "workloads" / f"{w}-thumb.png").write_bytes(
-                base64.b64decode(cards[w]["thumb"]))
+            (SRC / "workloads" / f"{w}-thumb.png").write_bytes(cards[w]["thumb"][0])
     (SRC / "gallery.md").write_text(gallery(cards))
     (SRC / "platforms").mkdir()
     (SRC / "platforms" / "index.md").write_text(platforms_index(facts))

@@ -79,12 +79,13 @@ def test_each_workload_page_shows_this_builds_run(site):
         for o in shown:
             assert "Traceback" not in o and "output stderr" not in o, (w, o[:600])
         assert "synthetic sample, not a result" in page and head in page, f"{w}: banner"
-        # the figures are this build's: its executed notebook's, byte for byte
+        # the figures, the gallery's thumbnail included, are this build's executed notebook's
         executed = nbformat.read(site / "executed" / f"{w}.ipynb", as_version=4)
-        first = next(base64.b64decode(o["data"]["image/png"]) for c in executed.cells
-                     for o in c.get("outputs", []) if "image/png" in o.get("data", {}))
-        images = [p.read_bytes() for p in (site / "html" / "_images").glob("*.png")]
-        assert first in images, f"{w}: its first figure is not on the site"
+        figures = [base64.b64decode(o["data"]["image/png"]) for c in executed.cells
+                   for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+        images = {p.name: p.read_bytes() for p in (site / "html" / "_images").glob("*.png")}
+        assert figures and all(f in images.values() for f in figures), w
+        assert images[f"{w}-thumb.png"] in figures, f"{w}: its thumbnail is not its own figure"
         assert executed.metadata["papermill"]["parameters"]["SMOKE"] is True
 
 
