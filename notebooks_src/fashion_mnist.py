@@ -33,7 +33,7 @@ GAMMA = 0.7  # learning-rate decay per epoch (StepLR)
 SEED = 1  # fixes initialisation, shuffling and dropout
 CHECKPOINT_MINUTES = 10.0  # also save mid-epoch this often
 RESUME = "auto"  # "auto" resume, refuse a changed run; "new" afresh in a sub-folder; "require"
-COMPILE = "auto"  # torch.compile: "auto" where it pays off (see README), True or False
+COMPILE = "auto"  # torch.compile: "auto" where it pays off (docs: Workloads), True or False
 
 # %%
 from lib.workloads.fashion_mnist import FashionConfig
