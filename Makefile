@@ -19,7 +19,7 @@ JOBS ?= 2
 
 .PHONY: install install-xla lock fuse lanes demo test test-quick test-main test-main-tests \
 	test-quick-tests test-slurm test-xla test-lanes install-xla-and-lanes lint notebooks check \
-	bench clean gpu-check gpu-wheels coverage
+	bench clean gpu-check gpu-wheels coverage docs docs-deps
 
 # A venv $(1) with exactly the packages of lock $(2), then the library itself (no deps: the
 # lock has them all). First one line, not pip's "no matching
@@ -58,7 +58,7 @@ $(XLA_VENV)/.installed: pyproject.toml $(XLA_LOCK) $(VENV)/.installed
 # Python 3.11+ (markers pick per machine); the hosted images' bootstrap locks follow images.toml.
 lock: install
 	$(UV_COMPILE) --universal --python-version 3.11 --extra dev --extra jupyter \
-		pyproject.toml requirements/main.in -o $(LOCK)
+		--extra docs pyproject.toml requirements/main.in -o $(LOCK)
 	$(UV_COMPILE) --python-platform x86_64-manylinux_2_28 --python-version 3.11 --extra dev \
 		pyproject.toml requirements/xla.in -o $(XLA_LOCK)
 	$(PY) -m tests.lanes lock
@@ -97,11 +97,11 @@ test:
 test-quick:
 	$(PYTHON) -m tests.suite --quick
 
-test-main: install fuse lint check test-main-tests
+test-main: install fuse docs-deps lint check test-main-tests
 
 # tmp_path folders of passed tests are removed as each test ends (pyproject:
 # tmp_path_retention_policy), so the lane's disk is what its running tests hold.
-test-main-tests: install fuse
+test-main-tests: install fuse docs-deps
 	OMP_NUM_THREADS=1 $(PY) -m tests.environment
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) --durations=30 \
 		-m "not xla and not lane and not slurm" tests
@@ -145,6 +145,19 @@ coverage: install install-xla fuse
 		-m pytest -q -n $(JOBS) -p no:cacheprovider -m xla tests
 	$(PY) -m coverage combine --quiet --data-file=$(COV_DIR)/cov
 	$(PY) -m coverage report --data-file=$(COV_DIR)/cov | tail -n 1
+# The documentation site, from nothing: each workload's local notebook run once by papermill
+# (SMOKE on the offline sample, on the CPU), the pages around them, sphinx-build -W; open
+# docs/_build/html/index.html (offline). tests/test_docs_site.py builds it and checks it in
+# Debian's chromium, which `docs-deps` installs (root, Debian) with axe-core (docs/package.json).
+docs: install
+	OMP_NUM_THREADS=1 JOBS=$(JOBS) $(PY) docs/build.py
+
+docs-deps:
+	@command -v chromium >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || { echo "make \
+	docs-deps: chromium is missing and could not be installed here: apt-get install chromium"; \
+	exit 1; }
+	cd docs && npm ci --no-audit --no-fund --silent
 
 bench: install
 	$(PY) -m bench

@@ -102,15 +102,27 @@ def open_link(platform: Platform, cfg: dict, path: str) -> str | None:
     return None
 
 
-def badge(platform: Platform, cfg: dict, path: str) -> str:
+def badge_parts(platform: Platform, cfg: dict, path: str) -> tuple[str, str, str] | None:
+    """(verb, badge image URL, link that opens `path` there), or None where the platform has
+    no open link (it is cloned or downloaded). Every badge is made from this: README, notebook
+    headers and the site's platform tabs (docs/build.py, which serves a local copy of the
+    image)."""
     link = open_link(platform, cfg, path)
     if link is None:
-        return f"[{platform.title}]({path})"
+        return None
     if platform.runtime in CLOUD_BADGES:
         verb, image, _ = CLOUD_BADGES[platform.runtime]
-        return f"[![{verb}]({image})]({link})"
-    image = COLAB_BADGE if platform.runtime == "colab" else KAGGLE_BADGE
-    verb = "Open in Colab" if platform.runtime == "colab" else "Open in Kaggle"
+        return verb, image, link
+    if platform.runtime == "colab":
+        return "Open in Colab", COLAB_BADGE, link
+    return "Open in Kaggle", KAGGLE_BADGE, link
+
+
+def badge(platform: Platform, cfg: dict, path: str) -> str:
+    parts = badge_parts(platform, cfg, path)
+    if parts is None:
+        return f"[{platform.title}]({path})"
+    verb, image, link = parts
     return f"[![{verb}]({image})]({link})"
 
 

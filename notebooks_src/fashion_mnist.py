@@ -10,9 +10,9 @@
 # # Fashion-MNIST quickstart
 #
 # A small CNN (after pytorch/examples' MNIST script) on Fashion-MNIST: 60,000 28×28
-# greyscale clothes images in 10 classes. The same notebook runs on a Colab T4 or TPU, a
-# Kaggle P100 and an Apple-Silicon Mac; only the generated bootstrap cell after the
-# parameters differs.
+# greyscale clothes images in 10 classes. The same source is rendered into a notebook for
+# every platform of the project; only the platform's name in the parameters and the
+# generated bootstrap cell after them differ.
 #
 # * **Resume is automatic**: re-run the notebook after a disconnect and training continues
 #   from the newest checkpoint in `OUT_DIR` (on Colab that folder is on your Drive).
@@ -33,7 +33,7 @@ GAMMA = 0.7  # learning-rate decay per epoch (StepLR)
 SEED = 1  # fixes initialisation, shuffling and dropout
 CHECKPOINT_MINUTES = 10.0  # also save mid-epoch this often
 RESUME = "auto"  # "auto" resume, refuse a changed run; "new" afresh in a sub-folder; "require"
-COMPILE = "auto"  # torch.compile: "auto" where it pays off (see README), True or False
+COMPILE = "auto"  # torch.compile: "auto" where it pays off (docs: Workloads), True or False
 
 # %%
 from lib.workloads.fashion_mnist import FashionConfig

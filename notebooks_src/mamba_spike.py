@@ -63,7 +63,7 @@ SPIKE_CHANNELS = None  # channels of the last spiking layer; None: the official 
 SEED = 1  # fixes initialisation and shuffling
 CHECKPOINT_MINUTES = 10.0  # also save mid-epoch this often
 RESUME = "auto"  # "auto" resume, refuse a changed run; "new" afresh in a sub-folder; "require"
-COMPILE = "auto"  # torch.compile: "auto" where it pays off (see README), True or False
+COMPILE = "auto"  # torch.compile: "auto" where it pays off (docs: Workloads), True or False
 
 # %%
 from lib.workloads.mamba_spike import MambaSpikeRunConfig

@@ -54,7 +54,7 @@ CROP_SIZE = None  # training crop after the random rescale; None: as BASE_SIZE
 SEED = 1  # fixes initialisation, shuffling and augmentation
 CHECKPOINT_MINUTES = 10.0  # also save mid-epoch this often
 RESUME = "auto"  # "auto" resume, refuse a changed run; "new" afresh in a sub-folder; "require"
-COMPILE = "auto"  # torch.compile: "auto" where it pays off (see README), True or False
+COMPILE = "auto"  # torch.compile: "auto" where it pays off (docs: Workloads), True or False
 
 # %%
 from lib.workloads.mshnet import MSHNetRunConfig

@@ -46,7 +46,7 @@ WEIGHT_DECAY = None  # None: each optimizer's literature default
 WARMUP_EPOCHS = 5  # linear warm-up, then cosine decay to zero
 CHECKPOINT_MINUTES = 10.0  # also save mid-epoch this often
 RESUME = "auto"  # "auto" resume, refuse a changed run; "new" afresh in a sub-folder; "require"
-COMPILE = "auto"  # torch.compile: "auto" where it pays off (see README), True or False
+COMPILE = "auto"  # torch.compile: "auto" where it pays off (docs: Workloads), True or False
 
 # %%
 from lib.workloads.optimizer_study import OptimizerStudyConfig
