@@ -51,7 +51,8 @@ SYNC_GROUP = "platform"  # sphinx-design keeps the chosen tab of this group from
 # image from another host, so the badge image is drawn here; its words and link come from
 # build_notebooks.badge_parts, like every other badge.
 BADGE_COLOURS = {"colab": ("#f9ab00", "#1f1f1f"), "kaggle": ("#20beff", "#0b1f2a"),
-                 "studiolab": ("#ff9900", "#1f1f1f"), "paperspace": ("#1f1f1f", "#ffffff")}
+                 "studiolab": ("#ff9900", "#1f1f1f"), "paperspace": ("#1f1f1f", "#ffffff"),
+                 "lightning": ("#792ee5", "#ffffff"), "modal": ("#7fee64", "#1f1f1f")}
 
 
 def log(msg: str) -> None:

@@ -122,6 +122,7 @@ def full() -> list[tuple[Phase, ...]]:
     return [
         (Phase("install: main venv", "install"),),
         (Phase("install: FUSE (Drive stand-in)", "fuse"),),
+        (Phase("install: chromium, axe-core (the site's browser checks)", "docs-deps"),),
         (Phase("lint (ruff)", "lint"),),
         (Phase("render check (build_notebooks --check)", "check"),),
         (Phase("main lane tests", "test-main-tests"),

@@ -40,6 +40,7 @@ LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", 
 WORKLOADS = contract.names()
 CFG = bn.settings()
 SEARCH_WORD = "Adadelta"  # in the Fashion-MNIST notebook's introduction and code
+pytestmark = pytest.mark.notebook  # the build runs every workload's notebook
 
 
 @pytest.fixture(scope="session")
