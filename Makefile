@@ -14,6 +14,11 @@ UV_COMPILE = $(VENV)/bin/uv pip compile --quiet --upgrade --generate-hashes \
 # One lane per hosted image of images.toml (tests/lanes.py builds them with uv).
 LANES_DIR ?= .lanes
 JOBS ?= 2
+# xdist hands out single tests, so a module-scoped fixture ran once per worker that got one of
+# its tests (the MSHNet TPU notebook, 995 s, twice in the XLA lane; the GPU kit's dry run twice
+# in the main lane): modules whose tests share an expensive fixture are one xdist_group, and
+# --dist loadgroup keeps a group on one worker (every other test is handed out as before).
+XDIST = -n $(JOBS) --dist loadgroup
 # Tests run JOBS workers, each starting notebook kernels and subprocesses: one intra-op
 # thread apiece keeps 2 cores from thrashing (torch's default would take every core each).
 
@@ -103,11 +108,11 @@ test-main: install fuse docs-deps lint check test-main-tests
 # tmp_path_retention_policy), so the lane's disk is what its running tests hold.
 test-main-tests: install fuse docs-deps
 	OMP_NUM_THREADS=1 $(PY) -m tests.environment
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) --durations=30 \
+	OMP_NUM_THREADS=1 $(PY) -m pytest $(XDIST) --durations=30 \
 		-m "not xla and not lane and not slurm" tests
 
 test-quick-tests: install
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) --durations=10 \
+	OMP_NUM_THREADS=1 $(PY) -m pytest $(XDIST) --durations=10 \
 		-m "quick or not (notebook or xla or lane or slurm or slow)" tests
 
 install-xla-and-lanes: install-xla lanes
@@ -123,7 +128,7 @@ test-slurm: install
 
 test-xla: install-xla
 	OMP_NUM_THREADS=1 $(XLA_PY) -m tests.environment
-	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -n $(JOBS) --durations=30 -m xla tests
+	PJRT_DEVICE=CPU $(XLA_PY) -m pytest $(XDIST) --durations=30 -m xla tests
 
 # Rebuilt from nothing every time (uv links from its cache): a lane holds the image's pins
 # and nothing else, so the bootstrap's installs are tested on every run.
@@ -140,9 +145,9 @@ COV_DIR := $(CURDIR)/.coverage-data
 coverage: install install-xla fuse
 	rm -rf $(COV_DIR) && mkdir -p $(COV_DIR)
 	-COVERAGE_FILE=$(COV_DIR)/cov OMP_NUM_THREADS=1 $(PY) -m coverage run -m pytest -q \
-		-n $(JOBS) -p no:cacheprovider -m "not xla and not lane and not slurm" tests
+		$(XDIST) -p no:cacheprovider -m "not xla and not lane and not slurm" tests
 	-COVERAGE_FILE=$(COV_DIR)/cov PJRT_DEVICE=CPU OMP_NUM_THREADS=1 $(XLA_PY) -m coverage run \
-		-m pytest -q -n $(JOBS) -p no:cacheprovider -m xla tests
+		-m pytest -q $(XDIST) -p no:cacheprovider -m xla tests
 	$(PY) -m coverage combine --quiet --data-file=$(COV_DIR)/cov
 	$(PY) -m coverage report --data-file=$(COV_DIR)/cov | tail -n 1
 # The documentation site, from nothing: each workload's local notebook run once by papermill

@@ -14,7 +14,8 @@ import torch
 
 from bench import gpu_check
 
-pytestmark = pytest.mark.slow  # minutes of tiny training, compile and kills: not in test-quick
+# minutes of tiny training, compile and kills: not in test-quick
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gpu_check")]
 
 
 @pytest.fixture(scope="module")
