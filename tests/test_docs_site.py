@@ -132,7 +132,8 @@ def check_badge(link: str, platform: str | None = None, workload: str | None = N
 
 
 def test_every_badge_names_an_existing_notebook_for_its_platform_and_workload(site):
-    readme = OPEN_LINK.finditer((ROOT / "README.md").read_text())
+    # Lightning's link carries the GitHub URL URL-encoded (repo_url=https%3A%2F%2F...)
+    readme = OPEN_LINK.finditer(unquote((ROOT / "README.md").read_text()))
     readme_links = [m.group(0) for m in readme]
     assert len(readme_links) >= len(WORKLOADS) * 5
     for link in readme_links:
@@ -140,7 +141,7 @@ def test_every_badge_names_an_existing_notebook_for_its_platform_and_workload(si
     for nb in (ROOT / "notebooks").glob("*/*.ipynb"):
         header = json.loads(nb.read_text())["cells"][0]["source"]
         header = "".join(header) if isinstance(header, list) else header
-        for found in OPEN_LINK.finditer(header):
+        for found in OPEN_LINK.finditer(unquote(header)):
             check_badge(found.group(0), nb.parent.name, nb.stem)
     for w in WORKLOADS:
         page = html(site, f"workloads/{w}.html")
@@ -150,7 +151,7 @@ def test_every_badge_names_an_existing_notebook_for_its_platform_and_workload(si
                 p.runtime) if p.runtime in bn.BADGE_ORDER else 99)]
         for tab in tabs:
             p = re.search(r'data-sync-id="(\w+)"', tab).group(1)
-            links = [m.group(0) for m in OPEN_LINK.finditer(tab.replace("&amp;", "&"))]
+            links = [m.group(0) for m in OPEN_LINK.finditer(unquote(tab.replace("&amp;", "&")))]
             has_badge = bn.badge_parts(PLATFORMS[p], CFG, "x") is not None
             assert len(links) == has_badge, (w, p, links)
             for link in links:
