@@ -152,7 +152,7 @@ def to_kaggle(folder: Path, dataset: str, api=None) -> str:
         raise UsageError(f"--dataset {dataset!r} is not owner/slug with a slug of 6 to 50 "
                          "characters; e.g. --dataset yourname/fashion-mnist-run.")
     carried = check(folder)
-    from lib.sweep.kaggle import KaggleFailed, client
+    from lib.kaggle_api import KaggleFailed, client
 
     api = api or client()
     with tempfile.TemporaryDirectory(prefix="ta-carry-") as tmp:
@@ -194,14 +194,22 @@ def _dataset_exists(api, dataset: str) -> bool:
 
 
 # from-kaggle ---------------------------------------------------------------------------------
+def _is_grid(run: Path) -> bool:
+    """True when `run` is a cell of a grid workload (its OUT_DIR holds one folder per run)."""
+    from lib import workloads
+
+    name = (experiment.recorded(run, frozenset()) or {}).get("workload")
+    return name in workloads.names() and workloads.get(name).grid
+
+
 def _locate(root: Path) -> Path:
     """The run folder, or the grid's folder, in a downloaded output."""
     runs = list(experiment.run_folders(root))
     parents = {p.parent for p in runs}
+    if len(parents) == 1 and runs and _is_grid(runs[0]):
+        return parents.pop()
     if len(runs) == 1:
         return runs[0]
-    if len(parents) == 1 and runs:
-        return parents.pop()
     if not runs:
         raise UsageError(f"the output holds no run folder (no config.json with training in "
                          f"{root}); is it the kernel that trained?")
@@ -217,7 +225,7 @@ def from_kaggle(kernel: str, dest: Path, api=None) -> str:
         raise UsageError(f"{kernel!r} is not owner/kernel-slug; e.g. yourname/fashion-mnist.")
     dest = Path(dest).expanduser()
     _refuse_training(dest)
-    from lib.sweep.kaggle import KaggleFailed, client
+    from lib.kaggle_api import KaggleFailed, client
 
     api = api or client()
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -299,7 +307,7 @@ def add_carry_parser(sub) -> None:
 
 
 def cmd_carry(args) -> int:
-    from lib.sweep.kaggle import KaggleFailed
+    from lib.kaggle_api import KaggleFailed
 
     try:
         if args.verb == "to-kaggle":

@@ -36,12 +36,12 @@ import io
 import json
 import os
 import shutil
-import zipfile
 import stat
 import subprocess
 import sys
 import threading
 import time
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, unquote
