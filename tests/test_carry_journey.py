@@ -16,12 +16,11 @@ process draws its own dropout masks (Fashion-MNIST's CNN) and normalises its hal
 its own BatchNorm statistics (the study's ResNet-18), so from epoch 3 on the numbers are
 those of the same experiment, not the same bits: the same samples and learning rates in
 every epoch, and for Fashion-MNIST every epoch's train and test loss within 15% of the
-uninterrupted run's and its test accuracy within 0.15. For the study, the train loss within
-15%: its smoke evaluation is one batch of 16 samples through a ResNet-18 trained for six
-steps, evaluated with BatchNorm running statistics that rank 0 gathered from half batches of
-8, a number that jumps by multiples with either (seen: 5.6 against 30 for SGD at lr 0.1),
-so its test loss and accuracy are not compared. The grid's second run never left this
-machine: it is bit-identical.
+uninterrupted run's and its test accuracy within 0.15 (measured: losses within 3%). For the
+study's run that crosses platforms (AdamW), the losses within 15% (measured: within 3%);
+its smoke evaluation is one batch of 16 samples, where accuracy moves in steps of 1/16, so
+accuracy is not compared. The grid's second run (SGD at lr 0.1, whose smoke test loss
+explodes from epoch 4 on) never left this machine: it is bit-identical.
 """
 
 from __future__ import annotations
@@ -279,5 +278,5 @@ def test_a_two_run_optimizer_study_trains_on_colab_then_kaggle_t4x2_then_here(tm
             assert strip_timing(history) == strip_timing(ref)
         else:
             assert strip_timing(history[:2]) == strip_timing(ref[:2])
-            close(history[2:], ref[2:], accuracy=None, losses=("train_loss",))
+            close(history[2:], ref[2:], accuracy=None)
     refused_everywhere(workload, tmp_path, said, monkeypatch)
