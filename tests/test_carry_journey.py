@@ -16,7 +16,8 @@ process draws its own dropout masks (Fashion-MNIST's CNN) and normalises its hal
 its own BatchNorm statistics (the study's ResNet-18), so from epoch 3 on the numbers are
 those of the same experiment, not the same bits: the same samples and learning rates in
 every epoch, and for Fashion-MNIST every epoch's train and test loss within 15% of the
-uninterrupted run's and its test accuracy within 0.15 (measured: losses within 3%). For the
+uninterrupted run's and its test accuracy (of 96 samples) within 0.2 (measured: losses
+within 2%, accuracy within 0.125). For the
 study's run that crosses platforms (AdamW), the losses within 15% (measured: within 3%);
 its smoke evaluation is one batch of 16 samples, where accuracy moves in steps of 1/16, so
 accuracy is not compared. The grid's second run (SGD at lr 0.1, whose smoke test loss
@@ -173,7 +174,7 @@ def uninterrupted(workload: str, tmp: Path) -> Path:
     return out
 
 
-def close(a: list[dict], b: list[dict], accuracy: float | None = 0.15,
+def close(a: list[dict], b: list[dict], accuracy: float | None = 0.2,
           losses=("train_loss", "test_loss")) -> None:
     """The same experiment, not the same bits (module docstring): the same samples and
     learning rates, `losses` within 15%, accuracy within `accuracy` (None: not compared),
