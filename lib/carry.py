@@ -214,8 +214,8 @@ def _locate(root: Path) -> Path:
         raise UsageError(f"the output holds no run folder (no config.json with training in "
                          f"{root}); is it the kernel that trained?")
     raise UsageError("the output holds several runs: " + ", ".join(
-        str(p.relative_to(root)) for p in runs) + "; download it with `kaggle kernels output` "
-        "and carry one folder with `train-anywhere carry to-colab`.")
+        str(p.relative_to(root)) for p in runs) + "; download it with `kaggle kernels output "
+        "OWNER/KERNEL -p DIR` and copy the run folder you want to OUT_DIR.")
 
 
 def from_kaggle(kernel: str, dest: Path, api=None) -> str:
