@@ -270,6 +270,7 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
                                          cfg.run_settings(), roles.carry_over)
         if line:
             print(line)
+    default = batch
     batch, runs = _batches(cfg, out_dir, batch, devices, choice, grid)
     out_dir = _run_folder(cfg, out_dir, runs, dist)
     if dist.main and announce:
@@ -282,7 +283,7 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
                   f"{platform.gpu} in the notebook's sidebar to use them all.")
         if cfg.smoke:
             print(f"SMOKE: {cfg.smoke_batches} batches of {batch} per epoch")
-        if not grid and recorded_batch(cfg, out_dir) is not None:
+        if batch != default:  # the run's global batch, not this platform's default
             print(f"BATCH_SIZE = None: the run's global batch {batch * devices} is kept, "
                   f"{batch} per device x {devices} device(s)")
     s = Session(cfg, platform, runtime, choice, data_dir, out_dir, batch,
