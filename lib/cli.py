@@ -186,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_report)
 
     add_sweep_parser(sub, param_help)
+    from lib.carry import add_carry_parser  # issue 37: moving a run between platforms
+
+    add_carry_parser(sub)
 
     p = sub.add_parser(
         "new", help="start a workload of your own from a template that runs everywhere",

@@ -34,6 +34,17 @@ _TRAINED = ("metrics.jsonl", "DONE.json")
 _LABELS = {"global_batch_size": "BATCH_SIZE x devices (global batch)", "workload": "workload"}
 
 
+class _Any:
+    """An identity value that matches any recorded one: BATCH_SIZE None takes the global
+    batch a run already trains with (`lib.session`)."""
+
+    def __repr__(self) -> str:
+        return "any"
+
+
+ANY = _Any()
+
+
 def holds_training(run_dir: Path) -> bool:
     """True when `run_dir` holds something a run trained or recorded."""
     run_dir = Path(run_dir)
@@ -66,8 +77,9 @@ def recorded(run_dir: Path, run_settings: frozenset[str]) -> dict | None:
 
 def changes(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
     """(name, old, new) of each parameter that differs; names the old record lacks (added
-    to the project after it was written) are not differences."""
-    return [(k, old[k], new.get(k)) for k in old if old[k] != new.get(k)]
+    to the project after it was written) and values `ANY` are not differences."""
+    return [(k, old[k], new.get(k)) for k in old
+            if new.get(k) is not ANY and old[k] != new.get(k)]
 
 
 def _label(name: str) -> str:
@@ -137,6 +149,35 @@ def append_session(run_dir: Path, session: dict) -> None:
         f.write(json.dumps(session, sort_keys=True) + "\n")
 
 
+def read_sessions(run_dir: Path) -> list[dict]:
+    """The sessions that trained in `run_dir`, oldest first ([] when none is recorded)."""
+    try:
+        lines = (Path(run_dir) / SESSIONS).read_text().splitlines()
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def sessions_table(run_dir: Path) -> str:
+    """A Markdown table of the sessions that trained the run, one row each: the epochs it
+    trained (from its first to the next session's first), where and with what; "" when
+    no session is recorded."""
+    rows = read_sessions(run_dir)
+    if not rows:
+        return ""
+    done = _epochs(Path(run_dir))
+    lines = ["| epochs | platform | device | precision | batch per device x devices |",
+             "|---|---|---|---|---|"]
+    for row, nxt in zip(rows, rows[1:] + [None], strict=True):
+        first = row.get("from_epoch", 1)
+        last = nxt.get("from_epoch", first) - 1 if nxt else max(done, first)
+        span = f"{first}-{last}" if last > first else f"{first}"
+        devices = row.get("devices", row.get("world_size", 1))
+        lines.append(f"| {span} | {row.get('platform', '?')} | {row.get('device', '?')} | "
+                     f"{row.get('precision', '?')} | {row.get('batch_size', '?')} x {devices} |")
+    return "\n".join(lines)
+
+
 # Carrying a run over from an earlier session's attached output (Kaggle) ---------------------
 CARRY_DEPTH = 4  # levels searched below each attached folder (runs/<workload>/ is two)
 
@@ -155,6 +196,12 @@ def _run_folders(root: Path, depth: int):
         return
     for child in children:
         yield from _run_folders(child, depth - 1)
+
+
+def run_folders(root: Path, depth: int = CARRY_DEPTH) -> list[Path]:
+    """The run folders (a recorded experiment, training) at most `depth` levels below
+    `root`."""
+    return list(_run_folders(Path(root), depth))
 
 
 def _epochs(run_dir: Path) -> int:

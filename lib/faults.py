@@ -10,6 +10,10 @@ backward, before the optimizer step), `eval.batch` (mid-evaluation) and `checkpo
 machine on demand, so a test of a time limit (a Slurm `--time`, a session's clock) does not
 depend on how fast this one is.
 
+`TA_SESSION_EPOCHS=2` ends every session after it trained 2 epochs of a run: the loop
+stops itself, saved, as before a session limit (`lib.train.fit`), so a test of a run carried
+from platform to platform stops each session at the same epoch on any machine.
+
 A timed spec, `train.step@2+0.05`, kills at an arbitrary moment instead: the 2nd hit of
 `train.step` starts a daemon timer that SIGKILLs the process 0.05 s later, wherever it is
 then (mid-step, mid-evaluation, mid-write, logging...). So that such a kill cannot let the
@@ -31,6 +35,7 @@ import time
 
 ENV = "TA_FAILPOINTS"
 SLOW_ENV = "TA_SLOWPOINTS"
+SESSION_EPOCHS_ENV = "TA_SESSION_EPOCHS"
 # Where a process with a timed kill pending waits for it: before state changes for good.
 HOLD_AT = ("train.step", "checkpoint.write")
 _hits: dict[str, int] = {}
@@ -63,6 +68,12 @@ def _slow(name: str) -> None:
         point_name, _, seconds = item.partition("=")
         if point_name.strip() == name:
             time.sleep(float(seconds))
+
+
+def session_over(epochs_trained: int) -> bool:
+    """True when TA_SESSION_EPOCHS is set and this session has trained that many epochs."""
+    limit = os.environ.get(SESSION_EPOCHS_ENV)
+    return bool(limit) and epochs_trained >= int(limit)
 
 
 def point(name: str) -> None:

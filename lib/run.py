@@ -71,10 +71,11 @@ class Run:
         if self.main:
             self._lines.write(message)
 
-    def record_session(self) -> None:
-        """This session trains here: say with what in sessions.jsonl (lib.experiment)."""
+    def record_session(self, start_epoch: int = 0) -> None:
+        """This session trains here from epoch `start_epoch` + 1: say with what in
+        sessions.jsonl (lib.experiment)."""
         if self.main and self.session is not None:
-            experiment.append_session(self.dir, self.session)
+            experiment.append_session(self.dir, dict(self.session, from_epoch=start_epoch + 1))
 
     def keep_old_metrics(self) -> None:
         """Training starts from epoch 1 in a folder that has epoch records (every checkpoint
@@ -153,7 +154,8 @@ class Run:
     def stop_line(self, epoch: int, batch: int) -> str:
         """What the loop says when it stops before the session limit."""
         where = f"epoch {epoch + 1}, batch {batch}" if batch else f"the end of epoch {epoch}"
-        return (f"STOPPED before the session limit ({self.clock.limit_hours:g} h): saved at "
+        limit = self.clock.limit_hours
+        return (f"STOPPED before the session limit{f' ({limit:g} h)' if limit else ''}: saved at "
                 f"{where} in {self.dir}. To continue: {self.storage.carry_over}.")
 
     def warn_output_cap(self) -> None:

@@ -5,6 +5,11 @@ why), seeds torch, resolves the data folder, the batch size, how many devices to
 and the run folder: OUT_DIR after the RESUME rule, refused before anything is read or
 written when it holds another experiment (`lib.experiment`). Everything downstream reads
 these from the session, never detects them again.
+
+The experiment decides the batch, not the platform: when BATCH_SIZE is None and the run
+folder (or a grid's cell) already records a global batch, this session's per-device batch
+is that global batch over its devices (`per_device_batch`), so a run started on a Colab T4
+(256 x 1) continues on Kaggle's T4 x2 (128 x 2) or a Mac (256 x 1) as the same experiment.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import torch
 
 from lib import clouds, compile, experiment
 from lib.clock import Clock
-from lib.config import RunConfig
+from lib.config import ConfigError, RunConfig
 from lib.data.common import make_loader
 from lib.data.on_device import Augment, DeviceLoader, images_and_labels
 from lib.device import DeviceChoice, choose_device
@@ -38,6 +43,12 @@ from lib.run import Run, check_writable
 from lib.train import Task, fit
 
 SMOKE_MAX_BATCH = 32  # smoke runs use small batches so the sample data holds several
+# A per-device batch derived from a run's global batch may exceed the workload's default for
+# this device (BATCH_SIZES, sized to fit with room) up to this factor without being asked.
+MEMORY_HEADROOM = 2
+# Stand-in for a multi-device platform on a CPU-only machine: this many gloo processes
+# (tests run Kaggle's T4 x2 notebook as two CPU processes). Unset everywhere else.
+CPU_DEVICES_ENV = "TA_CPU_DEVICES"
 
 
 @dataclass
@@ -70,7 +81,8 @@ class Session:
         """What this session runs with, beyond the parameters."""
         return {"device": self.choice.type, "precision": self.choice.precision.name,
                 "runtime": self.runtime, "batch_size": self.batch_size,
-                "world_size": self.dist.world_size}
+                "world_size": self.dist.world_size, "devices": self.devices,
+                "global_batch": self.global_batch}
 
     def open_run(self, model_config: dict) -> Run:
         """The run folder (checkpoints, metrics, TensorBoard); only the main process writes."""
@@ -130,6 +142,8 @@ class Session:
 def _device_count(choice: DeviceChoice, platform: Platform) -> int:
     if platform.devices == 1:
         return 1
+    if choice.type == "cpu" and os.environ.get(CPU_DEVICES_ENV):
+        return max(1, min(platform.devices, int(os.environ[CPU_DEVICES_ENV])))
     if choice.type == "cuda":
         return min(platform.devices, torch.cuda.device_count())
     if choice.type == "xla":
@@ -139,10 +153,60 @@ def _device_count(choice: DeviceChoice, platform: Platform) -> int:
     return 1
 
 
-def _run_folder(cfg: RunConfig, out_dir: Path, global_batch: int, grid: bool,
+def per_device_batch(cfg: RunConfig, folder: Path, total: int, devices: int,
+                     choice: DeviceChoice) -> int:
+    """The per-device batch that keeps the run in `folder` (global batch `total`) on
+    `devices` devices of `choice`'s kind; one ConfigError when none does."""
+    if total % devices:
+        fits = [n for n in range(1, total + 1) if total % n == 0 and n <= 8]
+        raise ConfigError(
+            f"the run in {str(folder)!r} trains with a global batch of {total} (BATCH_SIZE x "
+            f"devices), which {devices} devices cannot split evenly, so no BATCH_SIZE keeps "
+            f"that experiment here; continue it on {' or '.join(map(str, fits))} device(s), "
+            "or start afresh with RESUME = \"new\".")
+    batch = total // devices
+    default = cfg.BATCH_SIZES.get(choice.type)
+    if default is not None:
+        limit = MEMORY_HEADROOM * max(1, round(default * get_platform(cfg.platform).batch_scale))
+        if batch > limit:
+            raise ConfigError(
+                f"the run in {str(folder)!r} trains with a global batch of {total}: {batch} per "
+                f"device on {devices} device(s), more than {MEMORY_HEADROOM} x the {default} "
+                f"{cfg.WORKLOAD} uses by default on a {choice.type} device (BATCH_SIZES), so it "
+                f"may not fit in memory here; set BATCH_SIZE = {batch} to keep the experiment "
+                "if it fits, or start afresh with RESUME = \"new\".")
+    return batch
+
+
+def recorded_batch(cfg: RunConfig, folder: Path) -> int | None:
+    """The global batch the run in `folder` trains with, when it holds training and BATCH_SIZE
+    leaves the batch to the experiment (None, RESUME not "new")."""
+    if cfg.batch_size is not None or cfg.resume == "new":
+        return None
+    if not experiment.holds_training(folder):
+        return None
+    return (experiment.recorded(folder, cfg.run_settings()) or {}).get("global_batch_size")
+
+
+def _batches(cfg: RunConfig, out_dir: Path, default: int, devices: int, choice: DeviceChoice,
+             grid: bool) -> tuple[int, list[tuple[str, dict]]]:
+    """(this session's per-device batch, the experiment of each run under OUT_DIR): each run
+    recorded with a global batch keeps it (`per_device_batch`), the others take `default`."""
+    runs = cfg.experiments(default * devices) if grid else [(".", cfg.identity(default * devices))]
+    batch, out = default, []
+    for rel, identity in runs:
+        total = recorded_batch(cfg, out_dir / rel)
+        if total is not None:
+            per = per_device_batch(cfg, out_dir / rel, total, devices, choice)
+            identity = dict(identity, global_batch_size=per * devices)
+            batch = per if not grid else batch
+        out.append((rel, identity))
+    return batch, out
+
+
+def _run_folder(cfg: RunConfig, out_dir: Path, runs: list[tuple[str, dict]],
                 dist: Dist) -> Path:
     """OUT_DIR after the RESUME rule; for one run, its experiment recorded there."""
-    runs = cfg.experiments(global_batch) if grid else [(".", cfg.identity(global_batch))]
     folder = experiment.resolve(out_dir, runs, cfg.resume, cfg.run_settings())
     if dist.main:
         check_writable(folder)
@@ -197,15 +261,19 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
         batch = min(batch, SMOKE_MAX_BATCH)
     if dist.main and roles.session_bound and cfg.resume != "new" and carry:
         args = (input_roots(runtime),)
+        # BATCH_SIZE None: an attached run brings its own global batch (derived below)
+        total = batch * devices if cfg.batch_size is not None else experiment.ANY
         if grid:  # every cell of the grid; its cells' own sessions carry nothing (carry=False)
-            line = experiment.carry_over_grid(out_dir, *args, cfg.experiments(batch * devices),
+            line = experiment.carry_over_grid(out_dir, *args, cfg.experiments(total),
                                               cfg.run_settings(), roles.carry_over)
         else:
-            line = experiment.carry_over(out_dir, *args, cfg.identity(batch * devices),
+            line = experiment.carry_over(out_dir, *args, cfg.identity(total),
                                          cfg.run_settings(), roles.carry_over)
         if line:
             print(line)
-    out_dir = _run_folder(cfg, out_dir, batch * devices, grid, dist)
+    default = batch
+    batch, runs = _batches(cfg, out_dir, batch, devices, choice, grid)
+    out_dir = _run_folder(cfg, out_dir, runs, dist)
     if dist.main and announce:
         many = f" x {devices} devices" if devices > 1 else ""
         print(f"{platform.title} notebook on the {runtime} runtime -> {choice.describe()}{many}")
@@ -218,6 +286,9 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
                   f"{platform.gpu} in the notebook's sidebar to use them all.")
         if cfg.smoke:
             print(f"SMOKE: {cfg.smoke_batches} batches of {batch} per epoch")
+        if batch != default:  # the run's global batch, not this platform's default
+            print(f"BATCH_SIZE = None: the run's global batch {batch * devices} is kept, "
+                  f"{batch} per device x {devices} device(s)")
     s = Session(cfg, platform, runtime, choice, data_dir, out_dir, batch,
                 cfg.smoke_batches if cfg.smoke else None, devices, dist, clock, roles)
     if dist.main and not grid:

@@ -196,13 +196,26 @@ def _rng_state() -> dict:
     return state
 
 
-def _set_rng_state(state: dict) -> None:
+def _set_rng_state(state: dict) -> list[str]:
+    """Restore the generators this machine has; return the device kinds whose saved state
+    was skipped (a checkpoint from a machine with a GPU or a Mac, resumed elsewhere)."""
     torch.set_rng_state(state["torch"])
     random.setstate((3, tuple(state["python"]), None))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if "mps" in state and torch.backends.mps.is_available():
-        torch.mps.set_rng_state(state["mps"])
+    skipped = []
+    if "cuda" in state:
+        if torch.cuda.is_available():
+            # one state per GPU it had; a machine with fewer GPUs takes the first ones
+            saved = list(state["cuda"])[:torch.cuda.device_count()]
+            for i, rng in enumerate(saved):
+                torch.cuda.set_rng_state(rng, i)
+        else:
+            skipped.append("cuda")
+    if "mps" in state:
+        if torch.backends.mps.is_available():
+            torch.mps.set_rng_state(state["mps"])
+        else:
+            skipped.append("mps")
+    return skipped
 
 
 def _state(task: Task, backend: Backend, history: list, best: float | None, partial=None) -> dict:
@@ -219,15 +232,32 @@ def _state(task: Task, backend: Backend, history: list, best: float | None, part
     }
 
 
-def _restore(task: Task, backend: Backend, state: dict) -> None:
+def _restore(task: Task, backend: Backend, state: dict, log=print) -> None:
+    """Load `state` (read to the CPU) into the task on this backend's device, whichever kind
+    of device wrote it: weights and optimizer state move to the parameters' device, the
+    GradScaler's state is used where this precision scales (fp16) and dropped where it does
+    not, RNG states of device kinds this machine lacks are skipped; each said in one line."""
     unwrap(task.model).load_state_dict(state["model"])
-    task.optimizer.load_state_dict(state["optimizer"])
+    task.optimizer.load_state_dict(state["optimizer"])  # moved to the parameters' device
     if task.scheduler is not None and state["scheduler"] is not None:
         task.scheduler.load_state_dict(state["scheduler"])
-    if backend.scaler is not None and state["scaler"] is not None:
+    notes = []
+    if backend.scaler is not None and state.get("scaler"):
         backend.scaler.load_state_dict(state["scaler"])
+    elif state.get("scaler"):
+        notes.append(f"its GradScaler state dropped ({backend.choice.precision.name} on "
+                     f"{backend.choice.type} needs none)")
+    elif backend.scaler is not None:
+        notes.append("a new GradScaler started (the checkpoint was written without one)")
     task.extra_state.update(state.get("extra") or {})
-    _set_rng_state(state["rng"])
+    skipped = _set_rng_state(state["rng"])
+    if skipped:
+        notes.append(f"its {' and '.join(skipped)} RNG state skipped (no such device here; "
+                     "dropout goes on from this device's generator, the data order is the "
+                     "seeded one)")
+    if notes:
+        log(f"checkpoint from another kind of device, resumed on {backend.choice.type}: "
+            + "; ".join(notes))
 
 
 def _improved(task: Task, value: float, best: float | None) -> bool:
@@ -290,7 +320,7 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
     history, best, start_epoch, start_batch, partial = [], None, 0, 0, None
     state = run.checkpoints.latest()
     if state is not None:
-        _restore(task, backend, state)
+        _restore(task, backend, state, run.log)
         history, best, partial = state["history"], state["best"], state["partial"]
         start_epoch, start_batch = state["position"]
         run.log(f"resumed from {state['path']} at epoch {start_epoch}, batch {start_batch} "
@@ -302,7 +332,7 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
     if start_epoch >= epochs:
         run.log(f"nothing to do: the checkpoint has {start_epoch} of {epochs} epochs")
         return history
-    run.record_session()
+    run.record_session(start_epoch)
     n_train = _batch_limit(train_loader, max_batches)
     progress = run.progress(total=(epochs - start_epoch) * n_train - start_batch)
     last_save = [time.monotonic()]
@@ -340,7 +370,8 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: Run, e
 
     for epoch in range(start_epoch, epochs):
         # Between epochs (not before this session's first step): stop when the limit is near.
-        if epoch > start_epoch and agree(dist, STOP if dist.main and run.clock.must_stop()
+        ending = run.clock.must_stop() or faults.session_over(epoch - start_epoch)
+        if epoch > start_epoch and agree(dist, STOP if dist.main and ending
                                          else NOTHING, backend.device) == STOP:
             run.stop(epoch, 0)
             break

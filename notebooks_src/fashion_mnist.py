@@ -93,7 +93,8 @@ scores = evaluate_on(task, test_loader, s.choice, [Accuracy(info["num_classes"])
 confusion_matrix(cm.matrix(), info["classes"], s.out_dir / "confusion.png",
                  title=f"best checkpoint (epoch {best['position'][0]}), test set",
                  sample=cfg.sample_data);
-display(Markdown(fashion_mnist.results_table(scores, best, history, cfg.sample_data)))
+display(Markdown(fashion_mnist.results_table(scores, best, history, cfg.sample_data,
+                                                s.out_dir)))
 show_tensorboard(s.out_dir / "tb", s.runtime)
 
 # %%

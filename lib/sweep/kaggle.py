@@ -42,66 +42,15 @@ from pathlib import Path
 
 from lib import atomic
 from lib.cli import NOTEBOOKS, UsageError
+from lib.kaggle_api import KaggleFailed, check_client_version, client  # noqa: F401
 from lib.sweep.cell import add_session_limit, fail, finish, keep_output, progress_of
 
 REMOTE_WORK = "/kaggle/working"
 REMOTE_OUT = f"{REMOTE_WORK}/out"  # the cell's OUT_DIR on Kaggle; gathered as out/...
 MAX_SLUG = 50  # Kaggle's longest kernel title / slug
 FINAL_FAILED = ("ERROR", "CANCEL_REQUESTED", "CANCEL_ACKNOWLEDGED")
-MIN_CLIENT = (2, 2, 2)  # the first kaggle client whose `kernels output` pages (#1046)
 STALLED_ATTEMPTS = 2  # attempts in a row without progress before a cell is given up
 STOPPED = "STOPPED.json"  # left by lib.train.fit when it stops before the session limit
-
-
-class KaggleFailed(RuntimeError):
-    """The service refused or could not be reached: one line, grid state kept."""
-
-
-def client():
-    """An authenticated KaggleApi (the real client); UsageError if there are no credentials."""
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # `import kaggle` tries to log in
-            from kaggle.api.kaggle_api_extended import KaggleApi
-        from kagglesdk import KaggleClient
-        from kagglesdk.kaggle_env import KaggleEnv, get_env
-    except ImportError:
-        raise UsageError("the kaggle backend needs the kaggle client: pip install "
-                         "'train-anywhere[sweep]' (or pip install kaggle six).") from None
-    check_client_version()
-
-    class _Api(KaggleApi):
-        def build_kaggle_client(self):
-            env = get_env()
-            if env == KaggleEnv.PROD or any(a in self.args for a in ("--local", "--staging",
-                                                                     "--admin")):
-                return super().build_kaggle_client()
-            return KaggleClient(env=env, verbose="--verbose" in self.args,
-                                username=self.config_values.get(self.CONFIG_NAME_USER),
-                                password=self.config_values.get(self.CONFIG_NAME_KEY),
-                                api_token=self.config_values.get(self.CONFIG_NAME_TOKEN),
-                                response_processor=self.get_response_processor())
-
-    api = _Api()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            api.authenticate()
-    except SystemExit:
-        raise UsageError("no Kaggle credentials: create a token at kaggle.com/settings/api and "
-                         "export KAGGLE_API_TOKEN=..., or run `kaggle auth login`; then run the "
-                         "same command again.") from None
-    return api
-
-
-def check_client_version(version: str | None = None) -> None:
-    """Refuse a kaggle client whose `kernels output` fetches only the first page of files."""
-    import importlib.metadata
-
-    version = version or importlib.metadata.version("kaggle")
-    parts = tuple(int(x) for x in re.findall(r"\d+", version)[:3])
-    if parts < MIN_CLIENT:
-        raise UsageError(f"kaggle client {version} downloads only the first page of a kernel's "
-                         "output files; the kaggle backend needs kaggle>=2.2.2: pip install -U "
-                         "'kaggle>=2.2.2'.")
 
 
 def slug_for(base: str, cell: str) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
+from lib import experiment
 from lib.config import ConfigError, RunConfig
 from lib.data import fashion
 from lib.metrics import Accuracy
@@ -70,9 +72,11 @@ def load_best(s: Session) -> tuple[Task, dict]:
     return task, state
 
 
-def results_table(scores: dict, best: dict, history: list[dict], sample: bool) -> str:
+def results_table(scores: dict, best: dict, history: list[dict], sample: bool,
+                  run_dir: Path | None = None) -> str:
     """Markdown table: the best checkpoint's and the last epoch's test accuracy, and which
-    data they were measured on."""
+    data they were measured on; with `run_dir`, the sessions that trained it (where, on
+    what, which epochs: `lib.experiment.sessions_table`)."""
     data = "synthetic sample" if sample else "Fashion-MNIST"
     rows = ["| | test accuracy (%) | data |", "|---|---|---|",
             f"| best checkpoint (epoch {best['position'][0]}) | "
@@ -81,7 +85,9 @@ def results_table(scores: dict, best: dict, history: list[dict], sample: bool) -
         last = history[-1]
         rows.append(f"| last epoch ({last['epoch']}) | {100 * last['test_accuracy']:.2f} | "
                     f"{data} |")
-    return "\n".join(rows)
+    sessions = experiment.sessions_table(run_dir) if run_dir is not None else ""
+    return "\n".join(rows) + (f"\n\nTrained in these sessions:\n\n{sessions}" if sessions
+                              else "")
 
 
 WORKLOAD = Workload(FashionConfig, datasets, train, headline="test_accuracy",

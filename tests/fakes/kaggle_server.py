@@ -1,4 +1,5 @@
-"""A loopback stand-in for the three Kaggle endpoints `kaggle kernels push/status/output` call.
+"""A loopback stand-in for the Kaggle endpoints `kaggle kernels push/status/output` and
+`kaggle datasets create/version/status` call.
 
 The real `kaggle` client (through kagglesdk) talks to http://localhost:7777/api/v1/... when
 KAGGLE_API_ENVIRONMENT=TEST. This server checks the request bodies the client really sends
@@ -17,11 +18,21 @@ Like Kaggle (../../shared/reference/sessions.md, kaggle.com/docs/notebooks):
 - `ListKernelSessionOutput` pages (`pageSize`, `pageToken` -> `nextPageToken`).
 `session_hours` (one value per push, in order) is the session limit each pushed kernel
 runs under (TA_SESSION_HOURS): a stand-in for a training longer than Kaggle's 12 h.
+
+Datasets, like Kaggle's: a file is uploaded as a blob (`StartBlobUpload` hands out a token
+and a URL the client PUTs the bytes to), then `CreateDataset` / `CreateDatasetVersion` name
+the blobs by token; a folder the client uploaded as `<name>.zip` (`--dir-mode zip`) is
+unpacked into `<name>/`, "the same file hierarchy after the archives are automatically
+uncompressed by the backend" (kaggle-cli PR #111). `GetDatasetStatus` is 404 for a dataset
+that does not exist (the client's `dataset_create_new` probes it). `datasetDataSources`
+("owner/slug", kernel-metadata's `dataset_sources`) mounts the dataset's latest version,
+read-only, at /kaggle/input/datasets/<owner>/<slug>/ (the current layout, sessions.md).
 """
 
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import shutil
@@ -30,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -37,6 +49,8 @@ from urllib.parse import quote, unquote
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 7777  # kagglesdk's KaggleEnv.TEST endpoint
 PREFIX = "/api/v1/kernels.KernelsApiService/"
+DATASETS = "/api/v1/datasets.DatasetApiService/"
+BLOBS = "/api/v1/blobs.BlobApiService/"
 WORKING = "/kaggle/working"
 PAGE = 5  # files per output page at most: small, so a run's output spans several pages
 
@@ -87,6 +101,8 @@ class FakeKaggle(ThreadingHTTPServer):
         self.root, self.env = Path(root), env or {}
         self.session_hours = list(session_hours or [])
         self.kernels: dict[str, Kernel] = {}
+        self.blobs: dict[str, tuple[str, bytes | None]] = {}  # token -> (file name, bytes)
+        self.datasets: dict[str, list[Path]] = {}  # "owner/slug" -> its versions' folders
         self.requests: list[tuple[str, dict, str]] = []  # (endpoint, body, Authorization)
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
@@ -124,7 +140,12 @@ class FakeKaggle(ThreadingHTTPServer):
         for source in body.get("kernelDataSources") or []:
             if source not in self.kernels:
                 return 400, {"code": 400, "message": f"kernel source {source!r} not found"}
-            self._mount(self.kernels[source], workdir / "input" / "notebooks" / source)
+            self._mount(self.kernels[source].workdir / "working",
+                        workdir / "input" / "notebooks" / source)
+        for source in body.get("datasetDataSources") or []:
+            if source not in self.datasets:
+                return 400, {"code": 400, "message": f"dataset source {source!r} not found"}
+            self._mount(self.datasets[source][-1], workdir / "input" / "datasets" / source)
         text = body["text"].replace(WORKING, str(workdir / "working"))
         (workdir / "notebook.ipynb").write_text(text)
         kernel = Kernel(slug, workdir, body.get("sessionTimeoutSeconds"))
@@ -146,13 +167,66 @@ class FakeKaggle(ThreadingHTTPServer):
                      f"{owner}/{slug}", "versionNumber": version}
 
     @staticmethod
-    def _mount(source: Kernel, target: Path) -> None:
-        """The source kernel's latest output, read-only, where Kaggle mounts it."""
-        if (source.workdir / "working").is_dir():
-            shutil.copytree(source.workdir / "working", target)
+    def _mount(source: Path, target: Path) -> None:
+        """A kernel's latest output or a dataset's latest version, read-only, where Kaggle
+        mounts it."""
+        if source.is_dir():
+            shutil.copytree(source, target)
         target.mkdir(parents=True, exist_ok=True)
         for p in [target, *target.rglob("*")]:
             p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+    # Datasets ---------------------------------------------------------------------------------
+    def start_blob_upload(self, body: dict) -> tuple[int, dict]:
+        if body.get("type") != "DATASET" or not body.get("name"):
+            return 400, {"code": 400, "message": f"bad blob upload {body}"}
+        token = f"blob-{len(self.blobs) + 1}"
+        self.blobs[token] = (body["name"], None)
+        return 200, {"token": token, "createUrl": f"http://localhost:{PORT}/upload/{token}"}
+
+    def put_blob(self, token: str, data: bytes) -> int:
+        if token not in self.blobs:
+            return 404
+        self.blobs[token] = (self.blobs[token][0], data)
+        return 200
+
+    def dataset_status(self, body: dict) -> tuple[int, dict]:
+        ref = f"{body.get('ownerSlug')}/{body.get('datasetSlug')}"
+        if ref not in self.datasets:
+            return 404, {"code": 404, "message": "Dataset not found"}
+        return 200, {"status": "READY"}
+
+    def _new_version(self, ref: str, files: list[dict]) -> tuple[int, dict]:
+        """Unpack the named blobs into the dataset's next version folder."""
+        blobs = [self.blobs.get(f.get("token")) for f in files]
+        if not files or any(b is None or b[1] is None for b in blobs):
+            return 400, {"code": 400, "message": "a file was not uploaded"}
+        versions = self.datasets.setdefault(ref, [])
+        folder = self.root / "datasets" / ref / f"v{len(versions) + 1}"
+        folder.mkdir(parents=True)
+        for name, data in blobs:
+            if name.endswith(".zip"):  # a folder the client zipped: unpacked (PR #111)
+                with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                    archive.extractall(folder / name[: -len(".zip")])
+            else:
+                (folder / name).write_bytes(data)
+        versions.append(folder)
+        return 200, {"ref": ref, "url": f"http://localhost:{PORT}/datasets/{ref}",
+                     "status": "ok", "error": ""}
+
+    def create_dataset(self, body: dict) -> tuple[int, dict]:
+        ref = f"{body.get('ownerSlug')}/{body.get('slug')}"
+        if ref in self.datasets:
+            return 200, {"error": f"dataset {ref} exists"}
+        if body.get("isPrivate") is not True or not body.get("licenseName"):
+            return 400, {"code": 400, "message": "expected a private dataset with a license"}
+        return self._new_version(ref, body.get("files") or [])
+
+    def create_dataset_version(self, body: dict) -> tuple[int, dict]:
+        ref = f"{body.get('ownerSlug')}/{body.get('datasetSlug')}"
+        if ref not in self.datasets:
+            return 404, {"code": 404, "message": "Dataset not found"}
+        return self._new_version(ref, (body.get("body") or {}).get("files") or [])
 
     def _kernel(self, body: dict) -> Kernel | None:
         return self.kernels.get(f"{body.get('userName')}/{body.get('kernelSlug')}")
@@ -197,7 +271,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        endpoint = self.path.removeprefix(PREFIX)
+        endpoint = self.path.removeprefix(PREFIX).removeprefix(DATASETS).removeprefix(BLOBS)
         auth = self.headers.get("Authorization", "")
         self.server.requests.append((endpoint, body, auth))
         user = base64.b64decode(auth.split(" ", 1)[1]).decode().split(":")[0] if \
@@ -210,9 +284,29 @@ class Handler(BaseHTTPRequestHandler):
             code, reply = self.server.status(body)
         elif endpoint == "ListKernelSessionOutput":
             code, reply = self.server.output(body)
+        elif endpoint == "StartBlobUpload":
+            code, reply = self.server.start_blob_upload(body)
+        elif endpoint == "GetDatasetStatus":
+            code, reply = self.server.dataset_status(body)
+        elif endpoint == "CreateDataset":
+            code, reply = self.server.create_dataset(body)
+        elif endpoint == "CreateDatasetVersion":
+            code, reply = self.server.create_dataset_version(body)
         else:
             code, reply = 404, {"code": 404, "message": f"no endpoint {self.path}"}
         self._send(code, json.dumps(reply).encode())
+
+    def do_PUT(self):  # noqa: N802  (a blob's bytes, to the URL StartBlobUpload gave)
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            data = b""
+            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                data += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+        else:
+            data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        code = self.server.put_blob(self.path.removeprefix("/upload/"), data)
+        self._send(code, b"{}")
 
     def do_GET(self):  # noqa: N802
         _, _, rest = self.path.partition("/files/")
