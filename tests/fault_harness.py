@@ -14,7 +14,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+
+from tests.zygote import Zygote
 
 ROOT = Path(__file__).resolve().parent.parent
 FAILPOINTS = ("train.step", "eval.batch", "checkpoint.write")
@@ -105,26 +106,36 @@ class Outcome:
     finished_early: bool = False  # a kill point was not reached: the run was too short
 
 
+_ZYGOTE: Zygote | None = None
+
+
 def _run(script: Path, env: dict, after_s: float | None, timeout: float) -> tuple[str, str]:
-    """(how the run ended: "finished", "killed" or "killed from outside", its stderr)."""
-    proc = subprocess.Popen([sys.executable, str(script)], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    outside = False
+    """(how the run ended: "finished", "killed" or "killed from outside", its stderr).
+
+    Each run is a child forked by this worker's zygote (tests/zygote.py), which imported torch
+    and the other heavy libraries once: a restart costs the notebook's own start-up, not
+    Python's and torch's again."""
+    global _ZYGOTE
+    if _ZYGOTE is None or _ZYGOTE.proc.poll() is not None:
+        _ZYGOTE = Zygote()
+    err_path = script.with_suffix(".stderr")
+    pid = _ZYGOTE.start(script, env, ROOT, err_path)
+    outside, returncode = False, None
     if after_s is not None:
-        try:
-            proc.wait(timeout=after_s)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
+        returncode = _ZYGOTE.wait(after_s)
+        if returncode is None:
+            os.kill(pid, signal.SIGKILL)
             outside = True
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    err = err.decode(errors="replace")
-    if proc.returncode not in (0, -signal.SIGKILL):
-        raise RuntimeError(f"{script.name} failed (exit {proc.returncode}):\n{err[-3000:]}")
-    if proc.returncode == 0:
+    if returncode is None:
+        returncode = _ZYGOTE.wait(timeout)
+    if returncode is None:
+        os.kill(pid, signal.SIGKILL)
+        _ZYGOTE.wait()
+        raise subprocess.TimeoutExpired(str(script), timeout)
+    err = err_path.read_text(errors="replace")
+    if returncode not in (0, -signal.SIGKILL):
+        raise RuntimeError(f"{script.name} failed (exit {returncode}):\n{err[-3000:]}")
+    if returncode == 0:
         return "finished", err
     return ("killed from outside" if outside else "killed"), err
 
