@@ -193,10 +193,27 @@ def main(argv: list[str] | None = None) -> int:
     info["load_average_after"] = machine()["load_average"]
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = header(info, command.strip(), time.perf_counter() - start)
-    lines += ["", "## Summary", "", *summary(results), *body, ""]
+    lines += ["", "## Summary", "", *summary(results), *body, *kept_sections(args.out), ""]
     args.out.write_text("\n".join(lines))
     print(f"[bench] wrote {args.out}", file=sys.stderr)
     return 0
+
+
+# Sections no benchmark here writes (measured by other commands, each saying which): carried
+# over from the file being replaced.
+KEPT = ("The suite, before and after",)
+
+
+def kept_sections(old: Path) -> list[str]:
+    """The KEPT sections of `old` (BENCHMARKS.md before this run), each as its lines."""
+    if not old.exists():
+        return []
+    kept = []
+    for part in ("\n" + old.read_text()).split("\n## ")[1:]:
+        title = part.split("\n", 1)[0]
+        if title in KEPT:
+            kept += ["", "## " + part.rstrip("\n")]
+    return kept
 
 
 if __name__ == "__main__":

@@ -53,3 +53,17 @@ def test_the_disk_peak_is_the_largest_rise_seen_on_each_file_system(tmp_path):
     disk.sample()
     disk.sample()
     assert disk.peak == 3e9
+
+
+def test_make_bench_keeps_the_suites_figures(tmp_path):
+    """`make bench` rewrites BENCHMARKS.md from its own runs; the suite's before/after table,
+    which no benchmark there measures, is carried over whole."""
+    from bench.__main__ import kept_sections
+
+    old = tmp_path / "BENCHMARKS.md"
+    old.write_text("# Benchmarks\n\n## Loop\n\nold loop table\n\n## The suite, before and "
+                   "after\n\n| phase | s |\n|---|---|\n| main | 1 |\n\n## GPU\n\nnone\n")
+    kept = "\n".join(kept_sections(old))
+    assert "## The suite, before and after" in kept and "| main | 1 |" in kept
+    assert "old loop table" not in kept and "## GPU" not in kept
+    assert kept_sections(tmp_path / "missing.md") == []
