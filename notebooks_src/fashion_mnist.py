@@ -10,9 +10,9 @@
 # # Fashion-MNIST quickstart
 #
 # A small CNN (after pytorch/examples' MNIST script) on Fashion-MNIST: 60,000 28×28
-# greyscale clothes images in 10 classes. The same notebook runs on a Colab T4 or TPU, a
-# Kaggle P100 and an Apple-Silicon Mac; only the generated bootstrap cell after the
-# parameters differs.
+# greyscale clothes images in 10 classes. The same notebook runs on every platform of the
+# README's badge table and on your own machine (CUDA, MPS or the CPU); only the generated
+# bootstrap cell after the parameters differs.
 #
 # * **Resume is automatic**: re-run the notebook after a disconnect and training continues
 #   from the newest checkpoint in `OUT_DIR` (on Colab that folder is on your Drive).
@@ -32,7 +32,7 @@ LR = 1.0  # Adadelta learning rate
 GAMMA = 0.7  # learning-rate decay per epoch (StepLR)
 SEED = 1  # fixes initialisation, shuffling and dropout
 CHECKPOINT_MINUTES = 10.0  # also save mid-epoch this often
-RESUME = "auto"  # "auto" resume, refuse a changed run; "new" afresh in a sub-folder; "require"
+RESUME = "auto"  # "auto": resume, refuse a changed run; "new": start afresh; "require": resume
 COMPILE = "auto"  # torch.compile: "auto" where it pays off (see README), True or False
 
 # %%
