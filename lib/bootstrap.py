@@ -4,8 +4,8 @@ On Colab, Kaggle, Studio Lab, SageMaker and Paperspace: install only the package
 lacks (never torch, which the runtime ships and a reinstall would break) and, on Colab, mount
 Drive so checkpoints survive a disconnect. A Python or torch too old for the project stops
 with one line that names the fix on that service (`python_problem`, `torch_problem`).
-Locally and in CI: nothing but the MPS fallback switch. This module must not import torch:
-`PYTORCH_ENABLE_MPS_FALLBACK` only works if set before torch is imported.
+Locally and in CI: nothing but, on a Mac, the MPS fallback switch. This module must not import
+torch: `PYTORCH_ENABLE_MPS_FALLBACK` only works if set before torch is imported.
 """
 
 from __future__ import annotations
@@ -226,15 +226,19 @@ def torch_problem(runtime: str, version=importlib.metadata.version) -> str | Non
     return f"this kernel has {what}; the project needs torch {need} or newer; fix: {fix}."
 
 
-def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
-    """Set up this runtime for a `platform_name` notebook; returns the runtime detected."""
+def prepare(platform_name: str, root: Path, environ=os.environ,
+            mac: bool | None = None) -> str:
+    """Set up this runtime for a `platform_name` notebook; returns the runtime detected.
+    `mac`: whether this is a Mac (default: sys.platform), the one place MPS exists."""
     platform = get_platform(platform_name)
     os.chdir(root)  # relative defaults (./data, ./runs) are relative to the project
-    if platform.accelerator == "mps":
+    runtime = detect_runtime(environ)
+    mac = sys.platform == "darwin" if mac is None else mac
+    if runtime == "local" and mac:
         # Ops MPS lacks then run on the CPU (slowly) instead of raising NotImplementedError.
         environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
-        print("bootstrap: PYTORCH_ENABLE_MPS_FALLBACK=1 (ops missing on MPS run on the CPU)")
-    runtime = detect_runtime(environ)
+        print("bootstrap: a Mac: PYTORCH_ENABLE_MPS_FALLBACK=1 (ops missing on MPS run on the "
+              "CPU)")
     if runtime != "local" and (problem := torch_problem(runtime)):
         raise EnvironmentTooOld(problem)  # before pip adds packages beside a torch to replace
     if runtime in ("colab", "kaggle", *clouds.RUNTIMES):

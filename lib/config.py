@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lib.errors import ConfigError, front_end, how_to_set
-from lib.platforms import DEVICE_CHOICES, PLATFORMS, default_dirs, get_platform
+from lib.platforms import ANY, DEVICE_CHOICES, PLATFORMS, default_dirs, get_platform
 
 __all__ = ["ConfigError", "RunConfig", "RESUME_CHOICES"]
 
@@ -161,10 +161,11 @@ class RunConfig:
     @classmethod
     def example(cls, field_name: str):
         """A valid value of `field_name` to show in a fix: its default, else 1."""
-        default = next((f.default for f in fields(cls) if f.name == field_name), None)
-        if default is None or default is dataclasses.MISSING:
-            return 1
-        return default
+        f = next((f for f in fields(cls) if f.name == field_name), None)
+        default = None if f is None else f.default
+        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        return 1 if default is None or default is dataclasses.MISSING else default
 
     def _positive(self, name: str, value) -> None:
         if value <= 0:
@@ -231,24 +232,29 @@ class RunConfig:
         `COMPILE = "auto"` does not compile (each new shape would compile again)."""
         return ""
 
-    def resolved_batch_size(self) -> int:
-        """BATCH_SIZE, else the workload's default on this platform (`default_batch`)."""
+    def resolved_batch_size(self, device: str | None = None) -> int:
+        """BATCH_SIZE, else the workload's default on this platform (`default_batch`) for the
+        device found (`device`: the local notebook's follows what this machine has)."""
         if self.batch_size is not None:
             return self.batch_size
-        return self.default_batch(self.platform)
+        return self.default_batch(self.platform, device)
 
     @classmethod
-    def default_batch(cls, platform: str) -> int:
+    def default_batch(cls, platform: str, device: str | None = None) -> int:
         """The default batch per device on `platform`: BATCH_SIZES for its accelerator, scaled
-        to its GPU's memory (`Platform.batch_scale`)."""
+        to its GPU's memory (`Platform.batch_scale`). The local notebook (accelerator ANY)
+        takes the entry of the device found, and on the CPU (or before the device is known)
+        the "mps" one: a laptop's memory."""
         profile = PLATFORMS[platform]
-        if profile.accelerator not in cls.BATCH_SIZES:
+        kind = profile.accelerator
+        if kind == ANY:
+            kind = device if device in cls.BATCH_SIZES else "mps"
+        if kind not in cls.BATCH_SIZES:
             raise ConfigError(
                 f"BATCH_SIZE=None, but {cls.WORKLOAD} has no default batch for a "
-                f"{profile.accelerator} platform ({platform}); set BATCH_SIZE = 32 (or another "
-                f"size), or add {profile.accelerator!r} to BATCH_SIZES in "
-                f"lib/workloads/{cls.WORKLOAD}.py.")
-        return max(1, round(cls.BATCH_SIZES[profile.accelerator] * profile.batch_scale))
+                f"{kind} platform ({platform}); {how_to_set('BATCH_SIZE', 32)} (or another "
+                f"size), or add {kind!r} to BATCH_SIZES in lib/workloads/{cls.WORKLOAD}.py.")
+        return max(1, round(cls.BATCH_SIZES[kind] * profile.batch_scale))
 
     def paths(self, runtime: str) -> tuple[Path, Path]:
         """(data_dir, out_dir): the parameters if given, else `runtime`'s defaults."""

@@ -55,7 +55,8 @@ def how_to_set(name: str, example, environ=os.environ) -> str:
     the terminal, papermill's `-p EPOCHS 3`, `EPOCHS = 3` in a notebook's parameters cell."""
     where = front_end(environ)
     if where == "notebook":
-        return f"set {name} = {example!r} in the parameters cell"
+        literal = f'"{example}"' if isinstance(example, str) else repr(example)
+        return f"set {name} = {literal} in the parameters cell"
     text = example if isinstance(example, str) else repr(example)
     typed = f"-p {name} {shlex.quote(text)}"
     return f"set it with {typed}" if where == "cli" else f"set it with papermill's {typed}"

@@ -56,6 +56,11 @@ def check_workload(name: str) -> str:
 
 
 def check_platform(name: str) -> str:
+    from lib.platforms import RENAMED
+
+    if name in RENAMED:
+        raise UsageError(f"platform {name!r} is now {RENAMED[name]!r} (this machine: CUDA, MPS "
+                         f"or the CPU); use --platform {RENAMED[name]}, or leave it out.")
     return _known("platform", name, platforms())
 
 

@@ -192,7 +192,7 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
     clouds.check_out_dir(out_dir, runtime)  # Paperspace reserves `checkpoints` in /notebooks
     roles = storage(runtime)
     clock = _clock(platform, runtime, dist)
-    batch = cfg.resolved_batch_size()
+    batch = cfg.resolved_batch_size(choice.type)  # the local notebook's follows the device
     if cfg.smoke:
         batch = min(batch, SMOKE_MAX_BATCH)
     if dist.main and roles.session_bound and cfg.resume != "new" and carry:

@@ -152,11 +152,11 @@ class MambaSpikeRunConfig(RunConfig):
                     downsample=self.resolved_downsample(),
                     denoise_us=self.denoise_us or None)
 
-    def resolved_batch_size(self) -> int:
+    def resolved_batch_size(self, device: str | None = None) -> int:
         """BATCH_SIZE, else the platform's value scaled by the official per-dataset ratio."""
         if self.batch_size is not None:
             return self.batch_size
-        return max(1, round(super().resolved_batch_size() * BATCH_SCALE[self.dataset]))
+        return max(1, round(super().resolved_batch_size(device) * BATCH_SCALE[self.dataset]))
 
     def model_config(self, downsample: int | None = None) -> MambaSpikeConfig:
         """The dataset's preset at the frame size the data produces (or at `downsample`),
