@@ -48,13 +48,13 @@ def tried(tmp_path_factory):
     from bench.bench_sweep import first_step
 
     steps["first_step"] = (started, first_step(out), (out / "metrics.jsonl").stat().st_mtime)
-    (out / "curves.png").unlink()  # `report` writes it again, without training
     step("refused", "-p", "EPOCHS", "2", "-p", "LR", "0.5", rc=2)
     step("again", "-p", "EPOCHS", "2")
     # A limit of 4 ms: the session stops (saved) before its first new epoch, as before a
     # Kaggle or Colab limit.
     step("more", "-p", "EPOCHS", "3", env={"TA_SESSION_HOURS": "0.000001"})
     step("fresh", "-p", "EPOCHS", "1", "-p", "LR", "0.5", "-p", "RESUME", "new")
+    (out / "curves.png").unlink()  # `report` writes it again, without training
     steps["report"] = (ta("report", str(out)), _files(out))
     steps["report"][0].curves = (out / "curves.png").exists()
     return out, steps
