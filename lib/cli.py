@@ -44,6 +44,7 @@ from lib.params import (
     ROOT,
     UsageError,
     absolute_paths,
+    check_folder,
     check_platform,
     check_workload,
     collect_overrides,
@@ -85,22 +86,6 @@ def cmd_params(args) -> int:
     for p, s in zip(params, shown, strict=True):
         print(f"  {p.name:<{width}}  {s:<{vwidth}}  {p.comment}".rstrip())
     return 0
-
-
-def check_folder(option: str, path: Path) -> Path:
-    """`path` for a folder the run writes (--out, -p DATA_DIR): one line (exit 2) when it is a
-    file, lies below a file, or cannot be written."""
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{option} {str(path)!r} is a file, not a folder; give a folder (it "
-                         "is created if missing).")
-    above = next(p for p in (path, *path.parents) if p.exists())
-    if not above.is_dir():
-        raise UsageError(f"{option} {str(path)!r} lies below {str(above)!r}, which is a file; "
-                         "give a folder path.")
-    if not os.access(above, os.W_OK | os.X_OK):
-        raise UsageError(f"{option} {str(path)!r} cannot be written ({str(above)!r} is not "
-                         "writable); give a folder you can write to.")
-    return path
 
 
 def _headline(out: Path, workload: str, sample: bool) -> list[str]:

@@ -181,3 +181,28 @@ def test_make_demo_runs_the_sample_into_its_own_folder(monkeypatch, tmp_path):
     assert sample[-1] == str(tmp_path / "sample") and real[-1] == str(tmp_path / "real")
     assert " ".join(sample).count("True") == 2 and "True" not in real
     assert real[real.index("EPOCHS") + 1] == "14"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["run", "fashion_mnist", "--out", "{file}"], "--out '{file}' is a file, not a folder"),
+    (["run", "fashion_mnist", "--out", "{file}/run"], "lies below '{file}', which is a file"),
+    (["run", "fashion_mnist", "-p", "DATA_DIR", "{file}"], "-p DATA_DIR '{file}' is a file"),
+    (["sweep", "fashion_mnist", "--grid", "SEED=1,2", "--out", "{file}"],
+     "--out '{file}' is a file, not a folder"),
+    (["sweep", "fashion_mnist", "--grid", "SEED=1", "-p", "DATA_DIR", "{file}", "--out",
+      "{tmp}/s"], "-p DATA_DIR '{file}' is a file"),
+    (["report", "{file}"], "{file} is not a folder"),
+])
+def test_every_path_mistake_is_one_line_exit_2(argv, message, tmp_path, capsys):
+    """`--out` naming a file (issue 35: a FileExistsError traceback, exit 1), below a file, a
+    DATA_DIR that is a file: one line naming it, exit 2, nothing written."""
+    file = tmp_path / "notes.txt"
+    file.write_text("mine\n")
+    fill = {"{file}": str(file), "{tmp}": str(tmp_path)}
+    for key, value in fill.items():
+        argv = [a.replace(key, value) for a in argv]
+        message = message.replace(key, value)
+    assert cli.main(argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and message in err[0], err
+    assert file.read_text() == "mine\n" and sorted(tmp_path.iterdir()) == [file]
