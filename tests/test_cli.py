@@ -96,6 +96,8 @@ BAD = [
     (["params", "nope"], "unknown workload 'nope'"),
     (["sweep", "optimiser_study", "--grid", "SEED=0", "--out", "{tmp}"],
      "unknown workload 'optimiser_study' (did you mean optimizer_study?)"),
+    (["run", "fashion_mnist", "--platform", "local_mps"],
+     "platform 'local_mps' is now 'local' (this machine: CUDA, MPS or the CPU)"),
     (["run", "fashion_mnist", "--platform", "colab_t5"],
      "unknown platform 'colab_t5' (did you mean colab_t4?)"),
     (["sweep", "fashion_mnist", "--platform", "kaggle", "--grid", "SEED=1", "--out", "{tmp}"],

@@ -73,6 +73,19 @@ def test_a_refused_run_leaves_every_file_as_it_was_and_says_so_in_one_line(tried
             if line.startswith("epoch ")] == ["1/2", "2/2"]
 
 
+def test_the_local_notebook_is_this_machine_and_says_what_it_found(tried):
+    """The default platform is `local`: CUDA > MPS > CPU, saying which; Mac words on a Mac."""
+    out, steps = tried
+    text = stream_text(nbformat.read(out / "fashion_mnist-session-1.ipynb", as_version=4))
+    device = next(line for line in text.splitlines() if " -> device " in line)
+    assert device.startswith("Local (this machine: CUDA, MPS or CPU) notebook on the local "
+                             "runtime -> device ")
+    assert "this machine's best device: " in device or \
+        "no CUDA GPU or Apple MPS found: this machine's CPU" in device, device
+    if sys.platform != "darwin":
+        assert "MPS_FALLBACK" not in text and "Mac" not in text
+
+
 def test_each_session_that_trains_keeps_its_notebook_and_report_lists_them(tried):
     out, steps = tried
     assert "fashion_mnist-session-1.ipynb" in steps["first"][1]
@@ -134,8 +147,9 @@ def test_one_metric_convention_on_the_terminal_in_the_table_and_the_plots(tried)
     assert f"test_acc {shown('test_accuracy', records[0]['test_accuracy'])}" in stdout
     nb = nbformat.read(out / "fashion_mnist-session-1.ipynb", as_version=4)
     table = markdown_outputs(nb)
-    assert f"| best checkpoint (epoch {best['epoch']}) | " \
-           f"{shown('test_accuracy', best['test_accuracy'])} |" in table, table
+    percent = shown("test_accuracy", best["test_accuracy"]).removesuffix("%")
+    assert "| | test accuracy (%) |" in table  # the unit in the header, the number as shown
+    assert f"| best checkpoint (epoch {best['epoch']}) | {percent} |" in table, table
     from tests.notebook_run import figure_titles
 
     titles = figure_titles(out)
