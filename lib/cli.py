@@ -32,12 +32,12 @@ from lib.execute import (  # NOTEBOOKS: the sweep's kaggle and colab backends re
     NOTEBOOKS,  # noqa: F401
     NotebookFailed,
     Progress,
-    _records,
     execute,
     fmt_duration,
     headline,
     keep_notebook,
     notebook_path,
+    records_of,
     sessions_seen,
 )
 from lib.params import (
@@ -94,7 +94,7 @@ def _headline(out: Path, workload: str, sample: bool) -> list[str]:
     metric = contract.get(workload).headline
     lines = []
     for label, _ in headline(out, metric)[1]:
-        records = _records((out if label == "." else out / label) / "metrics.jsonl")
+        records = records_of((out if label == "." else out / label) / "metrics.jsonl")
         best, last = best_record(records, metric), records[-1]
         where = "" if label == "." else f" [{label}]"
         if best is None:
@@ -141,6 +141,8 @@ def cmd_run(args) -> int:
         kept = keep_notebook(executing, out, before, workload)
         os.environ.pop(RUN_LINES_ENV, None)
         lines.unlink(missing_ok=True)
+    if kept is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
     executed = kept or executing
     if failed is not None and failed.user_error and kept is None:
         shutil.rmtree(scratch, ignore_errors=True)  # the one line says it all

@@ -18,7 +18,7 @@ from lib.progress import epoch_line
 NOTEBOOKS = ROOT / "notebooks"
 
 
-def _records(path: Path) -> list[dict]:
+def records_of(path: Path) -> list[dict]:
     """The epoch records of a metrics.jsonl (lib.metrics' reader, imported when first
     needed: `--help` and bad-input answers should not wait for torch)."""
     from lib.metrics import read_jsonl
@@ -103,7 +103,7 @@ class Progress(threading.Thread):
         self.stop = threading.Event()
         # Records already there (a resumed run) are not news.
         for path in self._files():
-            self.seen[path] = len(_records(path))
+            self.seen[path] = len(records_of(path))
 
     def _files(self) -> list[Path]:
         return sorted(self.out_dir.rglob("metrics.jsonl")) if self.out_dir.exists() else []
@@ -124,7 +124,7 @@ class Progress(threading.Thread):
     def poll(self) -> None:
         self._said()
         for path in self._files():
-            records = _records(path)
+            records = records_of(path)
             for record in records[self.seen.get(path, 0):]:
                 rel = path.parent.relative_to(self.out_dir)
                 label = "" if str(rel) == "." else f"{rel}: "
@@ -147,7 +147,7 @@ def headline(out_dir: Path, metric: str) -> tuple[str, list[tuple[str, dict]]]:
     metric is the workload's `headline` (lib/workloads)."""
     runs = []
     for path in sorted(Path(out_dir).rglob("metrics.jsonl")):
-        records = _records(path)
+        records = records_of(path)
         if records:
             rel = path.parent.relative_to(out_dir)
             runs.append(("." if str(rel) == "." else str(rel), records[-1]))
