@@ -4,12 +4,13 @@ On Colab, Kaggle and the other clouds (lib/clouds.py): install only the packages
 lacks (never torch, which the runtime ships and a reinstall would break) and, on Colab, mount
 Drive so checkpoints survive a disconnect. A Python or torch too old for the project stops
 with one line that names the fix on that service (`python_problem`, `torch_problem`).
-Locally and in CI: nothing but the MPS fallback switch. This module must not import torch:
-`PYTORCH_ENABLE_MPS_FALLBACK` only works if set before torch is imported.
+Locally and in CI: nothing but, on a Mac, the MPS fallback switch. This module must not import
+torch: `PYTORCH_ENABLE_MPS_FALLBACK` only works if set before torch is imported.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import importlib.util
 import os
@@ -271,15 +272,19 @@ def modal_lines(runtime: str, environ=os.environ, version=importlib.metadata.ver
     return lines
 
 
-def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
-    """Set up this runtime for a `platform_name` notebook; returns the runtime detected."""
+def prepare(platform_name: str, root: Path, environ=os.environ,
+            mac: bool | None = None) -> str:
+    """Set up this runtime for a `platform_name` notebook; returns the runtime detected.
+    `mac`: whether this is a Mac (default: sys.platform), the one place MPS exists."""
     platform = get_platform(platform_name)
     os.chdir(root)  # relative defaults (./data, ./runs) are relative to the project
-    if platform.accelerator == "mps":
+    runtime = detect_runtime(environ)
+    mac = sys.platform == "darwin" if mac is None else mac
+    if runtime == "local" and mac:
         # Ops MPS lacks then run on the CPU (slowly) instead of raising NotImplementedError.
         environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
-        print("bootstrap: PYTORCH_ENABLE_MPS_FALLBACK=1 (ops missing on MPS run on the CPU)")
-    runtime = detect_runtime(environ)
+        print("bootstrap: a Mac: PYTORCH_ENABLE_MPS_FALLBACK=1 (ops missing on MPS run on the "
+              "CPU)")
     if runtime != "local" and (problem := torch_problem(runtime)):
         raise EnvironmentTooOld(problem)  # before pip adds packages beside a torch to replace
     if runtime in ("colab", "kaggle", *clouds.RUNTIMES):
@@ -297,6 +302,66 @@ def prepare(platform_name: str, root: Path, environ=os.environ) -> str:
         print(note)
     print(f"bootstrap: {platform.title} notebook on the {runtime} runtime, project at {root}")
     return runtime
+
+
+# --- What the notebook's bootstrap cell calls once it has found or cloned the project ------
+class BootstrapError(UserError, RuntimeError):
+    """The project this notebook needs cannot be used as it is (one line, the fix)."""
+
+
+def _git(*args: str, cwd: Path) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if out.returncode:
+        said = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        raise BootstrapError(f"`git {' '.join(args)}` failed in {cwd} ({said}); run this cell "
+                             "again, or delete that folder to clone afresh.")
+    return out.stdout.strip()
+
+
+def move_clone(clone: Path, ref: str, url: str) -> str:
+    """Move an earlier clone (a fresh runtime's, from another notebook) to `ref`; what was
+    done, for the bootstrap's line. A clone with local changes is refused, never reset."""
+    if _git("status", "--porcelain", "--untracked-files=no", cwd=clone):
+        raise BootstrapError(f"the clone at {clone} has local changes, so it cannot be moved to "
+                             f"{ref}: commit or stash them (git -C {clone} stash), or delete the "
+                             "folder, and run this cell again.")
+    before = _git("rev-parse", "HEAD", cwd=clone)
+    _git("fetch", "--quiet", "--depth", "1", url, ref, cwd=clone)
+    _git("checkout", "--quiet", "--detach", "FETCH_HEAD", cwd=clone)
+    after = _git("rev-parse", "HEAD", cwd=clone)
+    return "already there" if after == before else f"moved from {before[:12]}"
+
+
+def start(platform_name: str, root: Path, project: dict, how: str | None) -> str:
+    """The bootstrap cell's work once `lib` imports from `root`: move an earlier clone to the
+    rendered ref (`how` "clone"; then the moved library runs the rest), check the library is
+    the version the notebook was rendered for, say which, and `prepare` the runtime. `how`:
+    None (the checkout the notebook was opened from), "cloned", or what `move_clone` did."""
+    import lib
+
+    root = Path(root)
+    repository, ref = project["repository"], project["ref"]
+    if how == "clone":
+        how = move_clone(root, ref, f"https://github.com/{repository}.git")
+        if how != "already there":  # import the library as it is at `ref` now
+            for name in [m for m in sys.modules if m == "lib" or m.startswith("lib.")]:
+                del sys.modules[name]
+            importlib.invalidate_caches()
+            from lib import bootstrap as moved
+
+            return moved.start(platform_name, root, project, how)
+    if getattr(lib, "__version__", None) != project["version"]:
+        raise BootstrapError(
+            f"this notebook was rendered for train-anywhere {project['version']}, but the "
+            f"library at {root} is {getattr(lib, '__version__', 'older than 0.1.0')}: open the "
+            "notebook rendered there (notebooks/<platform>/), or restart the kernel if another "
+            "version was imported before.")
+    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "no git"
+    source = "the checkout" if how is None else f"{repository}@{ref} ({how})"
+    print(f"bootstrap: train-anywhere {lib.__version__} at commit {commit} from {source} at "
+          f"{root}")
+    return prepare(platform_name, root)
 
 
 def finish(runtime: str, out_dir: Path | None = None) -> None:

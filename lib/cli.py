@@ -12,17 +12,22 @@ the same `from_params` the notebook's config cell calls, before any kernel start
     train-anywhere sweep optimizer_study --grid OPTIMIZER=sgd,adam --grid SEED=0,1 --out runs/s
     train-anywhere new my_experiment
 
-Exit status: 0 done, 1 the notebook (or a grid cell) failed, 2 a usage error (one line).
+Exit status: 0 done, 1 the notebook (or a grid cell) failed, 2 a mistake the user can fix (one
+line: a parameter, a path, a run folder holding another experiment).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from lib import workloads as contract
+from lib.errors import FRONT_END_ENV
 from lib.execute import (  # NOTEBOOKS: the sweep's kaggle and colab backends read it from here
     NOTEBOOKS,  # noqa: F401
     NotebookFailed,
@@ -30,12 +35,16 @@ from lib.execute import (  # NOTEBOOKS: the sweep's kaggle and colab backends re
     execute,
     fmt_duration,
     headline,
+    keep_notebook,
     notebook_path,
+    records_of,
+    sessions_seen,
 )
 from lib.params import (
     ROOT,
     UsageError,
     absolute_paths,
+    check_folder,
     check_platform,
     check_workload,
     collect_overrides,
@@ -44,6 +53,7 @@ from lib.params import (
     resolve_params,
     workloads,
 )
+from lib.progress import RUN_LINES_ENV, best_record, shown
 from lib.sweep import add_sweep_parser
 
 DEFAULT_PLATFORM = "local"  # the local notebook: CUDA, MPS or the CPU, whatever is here
@@ -57,8 +67,10 @@ def cmd_list(args) -> int:
     for w in names:
         print(f"  {w:<{width}}  {contract.title(w)}")
     print("platforms:")
-    for name, p in platforms().items():
-        print(f"  {name:<12} {p.title} ({p.gpu}, {p.accelerator})")
+    found = platforms()
+    width = max(map(len, found), default=0)
+    for name, p in found.items():
+        print(f"  {name:<{width}}  {p.title} ({p.gpu}, {p.accelerator})")
     print(f"`run` uses --platform {DEFAULT_PLATFORM} unless told: that notebook takes CUDA, "
           "MPS or the CPU, whichever this machine has.")
     return 0
@@ -76,39 +88,79 @@ def cmd_params(args) -> int:
     return 0
 
 
+def _headline(out: Path, workload: str, sample: bool) -> list[str]:
+    """Each run's headline score as the results table shows it: the best epoch's (the
+    checkpoint kept as best), in percent where the table is, and the last epoch's."""
+    metric = contract.get(workload).headline
+    lines = []
+    for label, _ in headline(out, metric)[1]:
+        records = records_of((out if label == "." else out / label) / "metrics.jsonl")
+        best, last = best_record(records, metric), records[-1]
+        where = "" if label == "." else f" [{label}]"
+        if best is None:
+            lines.append(f"  no {metric} recorded after {last.get('epoch')} epoch(s){where}")
+            continue
+        text = (f"  {metric} {shown(metric, best[metric])} at epoch {best['epoch']} (best), "
+                f"{shown(metric, last.get(metric))} at epoch {last['epoch']} (last), on "
+                f"{last.get('device', '?')}{where}")
+        lines.append(text + (" on the synthetic sample (not the dataset: it only shows "
+                             "training works)" if sample else ""))
+    return lines
+
+
 def cmd_run(args) -> int:
     workload = check_workload(args.workload)
     platform = check_platform(args.platform)
     overrides = collect_overrides(args.param)
-    out = Path(args.out or Path("runs") / workload).expanduser().resolve()
+    out = check_folder("--out", Path(args.out or Path("runs") / workload).expanduser().resolve())
     if "OUT_DIR" in overrides:
         raise UsageError("give the output folder with --out DIR, not -p OUT_DIR.")
     overrides["OUT_DIR"] = str(out)
-    params, cfg = resolve_params(workload, platform, absolute_paths(overrides))
+    overrides = absolute_paths(overrides)
+    if isinstance(overrides.get("DATA_DIR"), str):
+        check_folder("-p DATA_DIR", Path(overrides["DATA_DIR"]))
+    params, cfg = resolve_params(workload, platform, overrides)
     notebook = notebook_path(workload, platform)
-    executed = out / f"{workload}.ipynb"
-    print(f"{workload} on {platform}: {notebook.relative_to(ROOT)} -> {executed}", flush=True)
-    progress = Progress(out, getattr(cfg, "epochs", None), note=cfg.note())
+    print(f"{workload} on {platform}: {notebook.relative_to(ROOT)} -> {out}", flush=True)
+    # The notebook runs into a folder of its own: the run folder is not touched unless this
+    # session trains there (a refused run leaves every file of it as it was).
+    scratch = Path(tempfile.mkdtemp(prefix=f"train-anywhere-{workload}-"))
+    executing, lines = scratch / f"{workload}.ipynb", scratch / "lines.txt"
+    os.environ[RUN_LINES_ENV] = str(lines)
+    before = sessions_seen(out)
+    progress = Progress(out, getattr(cfg, "epochs", None), note=cfg.note(), lines=lines)
     progress.start()
     t0 = time.perf_counter()
+    failed = None
     try:
-        execute(notebook, executed, params)
+        execute(notebook, executing, params)
     except NotebookFailed as exc:
+        failed = exc
+    finally:
         progress.finish()
-        print(f"error: {exc} (executed notebook: {exc.executed})", file=sys.stderr)
-        return 1
-    progress.finish()
-    metric, runs = headline(out, contract.get(workload).headline)
+        kept = keep_notebook(executing, out, before, workload)
+        os.environ.pop(RUN_LINES_ENV, None)
+        lines.unlink(missing_ok=True)
+    if kept is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+    executed = kept or executing
+    if failed is not None and failed.user_error and kept is None:
+        shutil.rmtree(scratch, ignore_errors=True)  # the one line says it all
+        raise UsageError(str(failed))
+    if failed is not None:
+        print(f"error: {failed} (executed notebook: {executed})", file=sys.stderr)
+        return 2 if failed.user_error else 1
     print(f"done in {fmt_duration(time.perf_counter() - t0)}")
-    for label, last in runs:
-        value = last.get(metric)
-        shown = f"{metric} {value:.4f}" if isinstance(value, (int, float)) else "no metric"
-        if getattr(cfg, "sample_data", False):
-            shown += " on the synthetic sample (not the dataset: it only shows training works)"
-        where = "" if label == "." else f" [{label}]"
-        print(f"  {shown} after {last.get('epoch')} epoch(s) on {last.get('device', '?')}{where}")
-    print(f"  executed notebook  {executed}")
-    print(f"  outputs            {out}  (checkpoints, metrics.jsonl, plots, TensorBoard logs)")
+    run_dir = kept.parent if kept else out
+    for line in _headline(run_dir, workload, getattr(cfg, "sample_data", False)):
+        print(line)
+    if kept:
+        print(f"  executed notebook  {kept}")
+    else:
+        print(f"  executed notebook  {executing}  (this session trained nothing: the run "
+              "folder keeps the notebooks of the sessions that trained)")
+    print(f"  outputs            {run_dir}  (checkpoints, metrics.jsonl, plots, TensorBoard "
+          "logs)")
     return 0
 
 
@@ -130,9 +182,9 @@ def cmd_new(args) -> int:
     print(f"new workload {args.name}:")
     for path in written:
         print(f"  wrote {path.relative_to(ROOT)}")
-    print("next: look for EDIT in them, then `python build_notebooks.py` (six platform "
-          f"notebooks), `train-anywhere run {args.name} -p SMOKE True -p SAMPLE_DATA True` and "
-          f"`python -m pytest tests/test_{args.name}.py`.")
+    print("next: look for EDIT in them, then `python build_notebooks.py` (a notebook for each "
+          f"of the {len(platforms())} platforms), `train-anywhere run {args.name} -p SMOKE True "
+          f"-p SAMPLE_DATA True` and `python -m pytest tests/test_{args.name}.py`.")
     return 0
 
 
@@ -149,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run any workload's notebook from a terminal (through papermill), or a "
                     "grid of them on this machine, Slurm, Kaggle or Colab.",
         epilog="Every subcommand has its own --help. Exit status: 0 done, 1 a notebook "
-               "failed, 2 a usage error.")
+               "failed, 2 a mistake to fix (a parameter, a path, a changed experiment).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
 
@@ -204,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Fixes are said as typed here (-p EPOCHS 3), also by the kernels this process starts.
+    said_before = os.environ.get(FRONT_END_ENV)
+    os.environ[FRONT_END_ENV] = "cli"
     try:
         return args.fn(args)
     except UsageError as exc:
@@ -212,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; run the same command again to resume", file=sys.stderr)
         return 130
+    finally:
+        if said_before is None:
+            os.environ.pop(FRONT_END_ENV, None)
+        else:
+            os.environ[FRONT_END_ENV] = said_before
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lib.errors import ConfigError
-from lib.platforms import DEVICE_CHOICES, PLATFORMS, default_dirs, get_platform
+from lib.errors import ConfigError, front_end, how_to_set
+from lib.platforms import ANY, DEVICE_CHOICES, PLATFORMS, default_dirs, get_platform
 
 __all__ = ["ConfigError", "RunConfig", "RESUME_CHOICES"]
 
@@ -104,10 +104,11 @@ class RunConfig:
             if name.isupper() and not name.startswith("_") and name not in known:
                 close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
                 hint = f"did you mean {close[0]}? " if close else ""
+                where = {"cli": "-p argument", "papermill": "papermill -p argument",
+                         "notebook": "parameters cell"}[front_end()]
                 raise ConfigError(
                     f"unknown parameter {name} for {cls.WORKLOAD}: {hint}Its parameters are "
-                    f"{', '.join(known)}. Fix the name in the parameters cell or the papermill "
-                    f"-p argument.")
+                    f"{', '.join(known)}. Fix the name in the {where}.")
 
     @classmethod
     def from_params(cls, namespace: dict[str, Any]) -> RunConfig:
@@ -119,15 +120,14 @@ class RunConfig:
             name = f.name.upper()
             if name not in namespace:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                    raise ConfigError(f"parameter {name} is missing; add `{name} = ...` "
-                                      "to the parameters cell.")
+                    raise ConfigError(f"parameter {name} is missing; "
+                                      f"{how_to_set(name, '...')}.")
                 continue
             value = namespace[name]
             if not _type_ok(value, hints[f.name]):
                 raise ConfigError(
                     f"{name}={value!r} has type {type(value).__name__}; expected "
-                    f"{_type_name(hints[f.name])}. Fix the value in the parameters cell "
-                    f"(or the papermill -p {name} argument)."
+                    f"{_type_name(hints[f.name])}; {how_to_set(name, cls.example(f.name))}."
                 )
             kwargs[f.name] = list(value) if isinstance(value, tuple) else value
         return cls(**kwargs)
@@ -136,13 +136,13 @@ class RunConfig:
         get_platform(self.platform)  # raises the clear "unknown PLATFORM" message
         if self.device not in DEVICE_CHOICES:
             raise ConfigError(f"unknown DEVICE {self.device!r}; expected one of "
-                              f"{list(DEVICE_CHOICES)}. Fix it in the parameters cell, e.g. "
-                              'DEVICE = "auto" (the best device this machine has).')
+                              f"{list(DEVICE_CHOICES)}; {how_to_set('DEVICE', 'auto')} (the "
+                              "best device this machine has).")
         self._choice("resume", self.resume, RESUME_CHOICES)
         if isinstance(self.compile, str) and self.compile != "auto":
             raise ConfigError(f"COMPILE={self.compile!r} is not a choice; expected \"auto\" "
-                              "(compile where it helps), True or False. Fix it in the "
-                              "parameters cell.")
+                              "(compile where it helps), True or False; "
+                              f"{how_to_set('COMPILE', 'auto')}.")
         self._positive("epochs", self.epochs)
         if self.lr is not None:  # a workload may let None mean "the method's default"
             self._positive("lr", self.lr)
@@ -151,18 +151,29 @@ class RunConfig:
         if self.batch_size is not None:
             self._positive("batch_size", self.batch_size)
         if self.seed is not None and self.seed < 0:
-            raise ConfigError(f"SEED={self.seed} is negative; expected an integer >= 0.")
+            raise ConfigError(f"SEED={self.seed} is negative; expected an integer >= 0; "
+                              f"{how_to_set('SEED', self.example('seed'))}.")
         self.validate()
 
     def validate(self) -> None:
         """Workload-specific checks; override in subclasses."""
 
-    @staticmethod
-    def _positive(name: str, value) -> None:
+    @classmethod
+    def example(cls, field_name: str):
+        """A valid value of `field_name` to show in a fix: its default, else 1."""
+        f = next((f for f in fields(cls) if f.name == field_name), None)
+        default = None if f is None else f.default
+        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        return 1 if default is None or default is dataclasses.MISSING else default
+
+    def _positive(self, name: str, value) -> None:
         if value <= 0:
+            example = self.example(name)
+            if not isinstance(example, (int, float)) or example <= 0:
+                example = 1
             raise ConfigError(
-                f"{name.upper()}={value!r} must be > 0; set it to a positive number "
-                "in the parameters cell."
+                f"{name.upper()}={value!r} must be > 0; {how_to_set(name.upper(), example)}."
             )
 
     @staticmethod
@@ -171,12 +182,14 @@ class RunConfig:
         if value is not None and value < 0:
             raise ConfigError(f"{name.upper()}={value!r} must be >= 0{hint}")
 
-    @staticmethod
-    def _choice(name: str, value: str, choices) -> None:
+    @classmethod
+    def _choice(cls, name: str, value: str, choices) -> None:
         if value not in choices:
+            example = cls.example(name)
+            example = example if example in choices else sorted(choices)[0]
             raise ConfigError(
-                f"unknown {name.upper()} {value!r}; expected one of {sorted(choices)}. "
-                "Fix it in the parameters cell."
+                f"unknown {name.upper()} {value!r}; expected one of {sorted(choices)}; "
+                f"{how_to_set(name.upper(), example)}."
             )
 
     # Derived settings -------------------------------------------------------------------
@@ -219,24 +232,29 @@ class RunConfig:
         `COMPILE = "auto"` does not compile (each new shape would compile again)."""
         return ""
 
-    def resolved_batch_size(self) -> int:
-        """BATCH_SIZE, else the workload's default on this platform (`default_batch`)."""
+    def resolved_batch_size(self, device: str | None = None) -> int:
+        """BATCH_SIZE, else the workload's default on this platform (`default_batch`) for the
+        device found (`device`: the local notebook's follows what this machine has)."""
         if self.batch_size is not None:
             return self.batch_size
-        return self.default_batch(self.platform)
+        return self.default_batch(self.platform, device)
 
     @classmethod
-    def default_batch(cls, platform: str) -> int:
+    def default_batch(cls, platform: str, device: str | None = None) -> int:
         """The default batch per device on `platform`: BATCH_SIZES for its accelerator, scaled
-        to its GPU's memory (`Platform.batch_scale`)."""
+        to its GPU's memory (`Platform.batch_scale`). The local notebook (accelerator ANY)
+        takes the entry of the device found, and on the CPU (or before the device is known)
+        the "mps" one: a laptop's memory."""
         profile = PLATFORMS[platform]
-        if profile.accelerator not in cls.BATCH_SIZES:
+        kind = profile.accelerator
+        if kind == ANY:
+            kind = device if device in cls.BATCH_SIZES else "mps"
+        if kind not in cls.BATCH_SIZES:
             raise ConfigError(
                 f"BATCH_SIZE=None, but {cls.WORKLOAD} has no default batch for a "
-                f"{profile.accelerator} platform ({platform}); set BATCH_SIZE = 32 (or another "
-                f"size), or add {profile.accelerator!r} to BATCH_SIZES in "
-                f"lib/workloads/{cls.WORKLOAD}.py.")
-        return max(1, round(cls.BATCH_SIZES[profile.accelerator] * profile.batch_scale))
+                f"{kind} platform ({platform}); {how_to_set('BATCH_SIZE', 32)} (or another "
+                f"size), or add {kind!r} to BATCH_SIZES in lib/workloads/{cls.WORKLOAD}.py.")
+        return max(1, round(cls.BATCH_SIZES[kind] * profile.batch_scale))
 
     def paths(self, runtime: str) -> tuple[Path, Path]:
         """(data_dir, out_dir): the parameters if given, else `runtime`'s defaults."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lib.errors import ConfigError, DeviceError
-from lib.platforms import DEVICE_CHOICES, Platform
+from lib.platforms import ANY, DEVICE_CHOICES, Platform
 
 __all__ = ["DEVICE_CHOICES", "DeviceError", "choose_device"]
 
@@ -234,7 +234,20 @@ def _available(kind: str, p: Probe, platform: Platform) -> bool:
     return kind == "cpu"
 
 
+def _this_machine(p: Probe, skip: set[str]) -> tuple[str, str]:
+    """The local notebook (accelerator ANY): CUDA, else a TPU, else MPS, else the CPU, saying
+    which it found."""
+    for kind in ("cuda", "xla", "mps"):
+        if kind not in skip and (p.xla_device_type == "TPU" if kind == "xla"
+                                 else getattr(p, kind)):
+            return kind, f"this machine's best device: {_where(kind, p)}"
+    off = f" ({', '.join(sorted(skip))} switched off)" if skip else ""
+    return "cpu", f"no CUDA GPU or Apple MPS found{off}: this machine's CPU"
+
+
 def _auto(p: Probe, platform: Platform, skip: set[str]) -> tuple[str, str]:
+    if platform.accelerator == ANY:
+        return _this_machine(p, skip)
     first = platform.accelerator
     order = [first] + [k for k in ("cuda", "xla", "mps") if k != first]
     for kind in order:

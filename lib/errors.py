@@ -11,9 +11,55 @@ is not a `UserError` is a bug and always keeps its traceback.
 from __future__ import annotations
 
 import os
+import shlex
+import subprocess
 import traceback
+from pathlib import Path
 
 TRACEBACK_ENV = "TA_TRACEBACK"
+# Which front end the parameters come from, so that a fix is said as it is typed there:
+# "cli" (`train-anywhere`, which sets it for itself and its kernels), "papermill" or
+# "notebook"; unset, a kernel started by the papermill command line says "papermill".
+FRONT_END_ENV = "TA_FRONT_END"
+FRONT_ENDS = ("cli", "papermill", "notebook")
+
+
+def _parent_command() -> str:
+    """The command line of this process's parent (the papermill CLI that started a kernel)."""
+    try:
+        return Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:  # no /proc (macOS): ask ps
+        try:
+            return subprocess.run(["ps", "-o", "args=", "-p", str(os.getppid())],
+                                  capture_output=True, text=True, timeout=5).stdout
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+
+def front_end(environ=os.environ) -> str:
+    """"cli", "papermill" or "notebook": where the user sets parameters (FRONT_END_ENV)."""
+    named = environ.get(FRONT_END_ENV, "")
+    if named in FRONT_ENDS:
+        return named
+    return "papermill" if "papermill" in _parent_command() else "notebook"
+
+
+def new_out_dir(environ=os.environ) -> str:
+    """The fix "use another run folder", as the front end in use types it."""
+    return ("give --out a new folder" if front_end(environ) == "cli"
+            else "set OUT_DIR to a new folder")
+
+
+def how_to_set(name: str, example, environ=os.environ) -> str:
+    """The fix "set NAME to `example`", as the front end in use types it: `-p EPOCHS 3` at
+    the terminal, papermill's `-p EPOCHS 3`, `EPOCHS = 3` in a notebook's parameters cell."""
+    where = front_end(environ)
+    if where == "notebook":
+        literal = f'"{example}"' if isinstance(example, str) else repr(example)
+        return f"set {name} = {literal} in the parameters cell"
+    text = example if isinstance(example, str) else repr(example)
+    typed = f"-p {name} {shlex.quote(text)}"
+    return f"set it with {typed}" if where == "cli" else f"set it with papermill's {typed}"
 
 
 class UserError(Exception):

@@ -6,6 +6,7 @@ script user runs exactly what a notebook user runs, and the executed notebook is
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -17,7 +18,7 @@ from lib.progress import epoch_line
 NOTEBOOKS = ROOT / "notebooks"
 
 
-def _records(path: Path) -> list[dict]:
+def records_of(path: Path) -> list[dict]:
     """The epoch records of a metrics.jsonl (lib.metrics' reader, imported when first
     needed: `--help` and bad-input answers should not wait for torch)."""
     from lib.metrics import read_jsonl
@@ -25,12 +26,23 @@ def _records(path: Path) -> list[dict]:
     return read_jsonl(path)
 
 
-class NotebookFailed(RuntimeError):
-    """The notebook raised: `str()` is the error's one line, `.executed` the notebook kept."""
+def _user_errors(cls=None) -> set[str]:
+    """The names of lib.errors.UserError and its subclasses (a notebook's error is known by
+    its name only)."""
+    from lib.errors import UserError
 
-    def __init__(self, line: str, executed: Path | None = None):
+    cls = cls or UserError
+    return {cls.__name__}.union(*(_user_errors(c) for c in cls.__subclasses__()))
+
+
+class NotebookFailed(RuntimeError):
+    """The notebook raised: `str()` is the error's one line, `.executed` the notebook kept,
+    `.user_error` whether it is a mistake the user can fix (lib.errors.UserError)."""
+
+    def __init__(self, line: str, executed: Path | None = None, ename: str = ""):
         super().__init__(line)
         self.executed = executed
+        self.user_error = ename in _user_errors()
 
 
 def notebook_path(workload: str, platform: str) -> Path:
@@ -65,7 +77,7 @@ def execute(notebook: Path, executed: Path, params: dict[str, Any],
     except PapermillExecutionError as exc:
         lines = [line for line in str(exc.evalue).strip().splitlines() if line.strip()]
         message = lines[-1] if lines else exc.ename
-        raise NotebookFailed(f"{exc.ename}: {message}", executed) from None
+        raise NotebookFailed(f"{exc.ename}: {message}", executed, exc.ename) from None
 
 
 def fmt_duration(seconds: float) -> str:
@@ -76,26 +88,43 @@ def fmt_duration(seconds: float) -> str:
 
 
 class Progress(threading.Thread):
-    """Prints one line per new epoch record in any metrics.jsonl under `out_dir`."""
+    """Prints one line per new epoch record in any metrics.jsonl under `out_dir`, and the
+    run's other lines (resumed from, nothing to do, stopped before the limit, warnings) as
+    the kernel appends them to `lines` (lib.progress.RUN_LINES_ENV)."""
 
     def __init__(self, out_dir: Path, epochs: int | None, stream=None, every: float = 0.5,
-                 note: str | None = None):
+                 note: str | None = None, lines: Path | None = None):
         super().__init__(daemon=True)
         self.out_dir, self.epochs, self.every = Path(out_dir), epochs, every
         self.note = note  # as the notebook's rows: "synthetic sample" on the offline sample
         self.stream = stream or sys.stdout
         self.seen: dict[Path, int] = {}
+        self.lines, self.lines_seen = lines, 0
         self.stop = threading.Event()
         # Records already there (a resumed run) are not news.
         for path in self._files():
-            self.seen[path] = len(_records(path))
+            self.seen[path] = len(records_of(path))
 
     def _files(self) -> list[Path]:
         return sorted(self.out_dir.rglob("metrics.jsonl")) if self.out_dir.exists() else []
 
+    def _said(self) -> None:
+        """The run lines the kernel appended since the last poll; epoch rows come from
+        metrics.jsonl (labelled by run folder), so they are not repeated."""
+        try:
+            text = self.lines.read_text() if self.lines else ""
+        except FileNotFoundError:
+            return
+        complete = text[:text.rfind("\n") + 1].splitlines()
+        for line in complete[self.lines_seen:]:
+            if not line.startswith("epoch "):
+                print(line, file=self.stream, flush=True)
+        self.lines_seen = len(complete)
+
     def poll(self) -> None:
+        self._said()
         for path in self._files():
-            records = _records(path)
+            records = records_of(path)
             for record in records[self.seen.get(path, 0):]:
                 rel = path.parent.relative_to(self.out_dir)
                 label = "" if str(rel) == "." else f"{rel}: "
@@ -118,8 +147,66 @@ def headline(out_dir: Path, metric: str) -> tuple[str, list[tuple[str, dict]]]:
     metric is the workload's `headline` (lib/workloads)."""
     runs = []
     for path in sorted(Path(out_dir).rglob("metrics.jsonl")):
-        records = _records(path)
+        records = records_of(path)
         if records:
             rel = path.parent.relative_to(out_dir)
             runs.append(("." if str(rel) == "." else str(rel), records[-1]))
     return metric, runs
+
+
+# Which run folder a session trained in, and its executed notebook kept there ---------------
+SESSIONS = "sessions.jsonl"  # lib.experiment: one row per session that trained
+
+
+def sessions_seen(out_dir: Path) -> dict[Path, int]:
+    """{sessions.jsonl under `out_dir`: rows}: compared before and after a session, the
+    folders it trained in (a refused or nothing-to-do session adds no row anywhere)."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        return {}
+    return {p: sum(1 for line in p.read_text().splitlines() if line.strip())
+            for p in out_dir.rglob(SESSIONS)}
+
+
+def trained_in(out_dir: Path, before: dict[Path, int]) -> tuple[Path, int] | None:
+    """(the run folder this session trained in, its session number), or None when it trained
+    nowhere. A grid's cells are folders below OUT_DIR; RESUME = "new" trains in a new
+    `fresh-<n>` sub-folder, which is then the folder."""
+    from lib.experiment import FRESH
+
+    out_dir = Path(out_dir)
+    grown = {p: n for p, n in sessions_seen(out_dir).items() if n > before.get(p, 0)}
+    if not grown:
+        return None
+    folder = out_dir
+    for path in grown:
+        top = path.relative_to(out_dir).parts[0]
+        if top.startswith(FRESH) and not any(p.is_relative_to(out_dir / top) for p in before):
+            folder = out_dir / top
+    return folder, max(grown.values())
+
+
+def keep_notebook(executed: Path, out_dir: Path, before: dict[Path, int],
+                  workload: str) -> Path | None:
+    """Move the executed notebook of a session that trained into its run folder, as
+    `<workload>-session-<n>.ipynb` beside the notebooks of the earlier sessions (never over
+    one); None (left where it is) when the session trained nothing."""
+    found = trained_in(out_dir, before)
+    if found is None or not Path(executed).is_file():
+        return None
+    folder, n = found
+    target = folder / f"{workload}-session-{n}.ipynb"
+    while target.exists():
+        n += 1
+        target = folder / f"{workload}-session-{n}.ipynb"
+    shutil.move(str(executed), str(target))
+    return target
+
+
+def session_notebooks(run_dir: Path) -> list[Path]:
+    """The executed notebooks kept in `run_dir`, in session order."""
+    def number(path: Path) -> tuple[int, str]:
+        tail = path.stem.rsplit("-session-", 1)
+        return (int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 0, path.name)
+
+    return sorted(Path(run_dir).glob("*.ipynb"), key=number)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lib import atomic
-from lib.errors import ExperimentChanged, OutDirError
+from lib.errors import ExperimentChanged, OutDirError, how_to_set, new_out_dir
 
 CONFIG = "config.json"
 SESSIONS = "sessions.jsonl"
@@ -102,8 +102,8 @@ def check_same(run_dir: Path, identity: dict, run_settings: frozenset[str]) -> N
         raise ExperimentChanged(
             f"OUT_DIR {str(run_dir)!r} holds a {old.get('workload', identity['workload'])} "
             f"run with other defining parameters: {describe(diff)}. Nothing in it was "
-            "changed. To start afresh, set OUT_DIR to a new folder or RESUME = \"new\" (a new "
-            "sub-folder, the old run kept); to resume that run, restore those values.")
+            f"changed. To start afresh, {new_out_dir()}, or {how_to_set('RESUME', 'new')} (a "
+            "new sub-folder, the old run kept); to resume that run, restore those values.")
 
 
 def fresh_folder(out_dir: Path) -> Path:

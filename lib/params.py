@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import difflib
 import io
+import os
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,11 @@ def check_workload(name: str) -> str:
 
 
 def check_platform(name: str) -> str:
+    from lib.platforms import RENAMED
+
+    if name in RENAMED:
+        raise UsageError(f"platform {name!r} is now {RENAMED[name]!r} (this machine: CUDA, MPS "
+                         f"or the CPU); use --platform {RENAMED[name]}, or leave it out.")
     return _known("platform", name, platforms())
 
 
@@ -138,6 +144,22 @@ def absolute_paths(params: dict[str, Any]) -> dict[str, Any]:
     """DATA_DIR and OUT_DIR relative to the caller's directory (the kernel runs elsewhere)."""
     return {k: (str(Path(v).expanduser().resolve()) if k in ("DATA_DIR", "OUT_DIR")
                 and isinstance(v, str) else v) for k, v in params.items()}
+
+
+def check_folder(option: str, path: Path) -> Path:
+    """`path` for a folder the run writes (--out, -p DATA_DIR): one line (exit 2) when it is a
+    file, lies below a file, or cannot be written."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {str(path)!r} is a file, not a folder; give a folder (it "
+                         "is created if missing).")
+    above = next(p for p in (path, *path.parents) if p.exists())
+    if not above.is_dir():
+        raise UsageError(f"{option} {str(path)!r} lies below {str(above)!r}, which is a file; "
+                         "give a folder path.")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {str(path)!r} cannot be written ({str(above)!r} is not "
+                         "writable); give a folder you can write to.")
+    return path
 
 
 def config_for(spec: dict) -> Any:

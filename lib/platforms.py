@@ -22,6 +22,10 @@ from lib.errors import ConfigError
 _IMPORTED_AT = time.time()
 
 DEVICE_CHOICES = ("auto", "cuda", "xla", "mps", "cpu")  # DEVICE: "auto" or a device kind
+ANY = "any"  # the local notebook's accelerator: whatever this machine has, CUDA > MPS > CPU
+# Platforms renamed: PLATFORM = an old name is refused in one line naming the new one (an
+# alias would record two names for one notebook in sessions.jsonl and sweeps).
+RENAMED = {"local_mps": "local"}
 DRIVE_MOUNT_ENV = "TA_COLAB_DRIVE"  # where Drive is mounted; tests point it at a temp dir
 KAGGLE_ROOT_ENV = "TA_KAGGLE_ROOT"  # where /kaggle is; the Kaggle stand-ins point it elsewhere
 COLAB_CONTENT_ENV = "TA_COLAB_CONTENT"  # Colab's VM disk (/content); tests point it elsewhere
@@ -38,7 +42,7 @@ class Platform:
     name: str
     title: str
     runtime: str  # "colab" | "kaggle" | "local" | lib.clouds.RUNTIMES
-    accelerator: str  # "cuda" | "xla" | "mps"
+    accelerator: str  # "cuda" | "xla" | "mps" | ANY (this machine: what it has, lib.device)
     gpu: str  # marketing name shown to users, e.g. "Tesla T4"
     session_hours: float | None  # hard session limit, for the ETA warning
     num_workers: int
@@ -61,8 +65,8 @@ PLATFORMS: dict[str, Platform] = {
         # says so); the notebook stays for the sm_60 preflight and for older pushes.
         Platform("kaggle_p100", "Kaggle P100", "kaggle", "cuda", "Tesla P100", 12.0, 2,
                  status="retired on Kaggle: runs on a T4"),
-        Platform("local", "Local (this machine: CUDA, MPS or CPU)", "local", "mps",
-                 "Apple Silicon", None, 0),
+        Platform("local", "Local (this machine: CUDA, MPS or CPU)", "local", ANY,
+                 "this machine's GPU or CPU", None, 0),
         # Multi-device: one process per device, BATCH_SIZE per device.
         Platform("kaggle_t4x2", "Kaggle T4 x2", "kaggle", "cuda", "2 x Tesla T4", 12.0, 2,
                  devices=2),
@@ -91,6 +95,11 @@ PLATFORMS: dict[str, Platform] = {
 
 def get_platform(name: str) -> Platform:
     """The profile called `name`, or one clear error listing the valid names."""
+    if name in RENAMED:
+        raise ConfigError(
+            f"PLATFORM {name!r} is now {RENAMED[name]!r} (the notebook for this machine: CUDA, "
+            f"MPS or the CPU); set PLATFORM = {RENAMED[name]!r}, or open "
+            f"notebooks/{RENAMED[name]}/.")
     if name not in PLATFORMS:
         raise ConfigError(
             f"unknown PLATFORM {name!r}; expected one of {sorted(PLATFORMS)}. "

@@ -13,7 +13,13 @@ A run's lines (`Lines`) are one output in a notebook, a line each elsewhere.
 
 from __future__ import annotations
 
+import os
 import sys
+
+# A front end that runs the notebook elsewhere (`train-anywhere run`) names a file here: every
+# run line (resumed from, nothing to do, stopped before the limit, warnings) is appended to it
+# too, so the terminal shows what the notebook says (lib/execute.py tails it).
+RUN_LINES_ENV = "TA_RUN_LINES"
 
 
 class NoBar:
@@ -88,6 +94,9 @@ class Lines:
         self.handle = None
 
     def write(self, message: str) -> None:
+        if path := os.environ.get(RUN_LINES_ENV):
+            with open(path, "a") as f:
+                f.write(message.replace("\n", " ") + "\n")
         if not in_kernel():
             write(message)
             return
@@ -115,6 +124,37 @@ def _column(item: tuple) -> int:
             2 if key == "test_loss" else 3)
 
 
+# The one convention for scores a user reads (epoch rows, the terminal, results tables,
+# plots): these metrics are shown in percent; metrics.jsonl keeps what was recorded. Name ->
+# factor from the recorded value (accuracy is recorded as a fraction, the IRSTD scores as %).
+PERCENT = {"accuracy": 100.0, "balanced_accuracy": 100.0, "mIoU": 1.0, "nIoU": 1.0, "Pd": 1.0}
+
+
+def metric_name(key: str) -> str:
+    """`test_accuracy` -> `accuracy`: the metric without its split."""
+    split, _, name = key.partition("_")
+    return name if split in ("train", "test") else key
+
+
+def shown(key: str, value) -> str:
+    """A recorded score as a user reads it: `87.10%` for a percent metric (`PERCENT`),
+    else the number."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "-"
+    factor = PERCENT.get(metric_name(key))
+    return f"{value * factor:.2f}%" if factor else _number(float(value))
+
+
+def best_record(records: list[dict], key: str) -> dict | None:
+    """The epoch record with the best `key`: the highest score, the lowest loss (the
+    checkpoint a run keeps as best.pt by the same rule, lib.train)."""
+    scored = [r for r in records if isinstance(r.get(key), (int, float))]
+    if not scored:
+        return None
+    pick = min if "loss" in key else max
+    return pick(scored, key=lambda r: r[key])
+
+
 def _number(value: float) -> str:
     if value != value or value in (float("inf"), float("-inf")):  # nan, inf
         return str(value)
@@ -134,7 +174,7 @@ def format_hours(h: float) -> str:
 
 def epoch_line(record: dict, epochs: int, eta: str | None = None,
                note: str | None = None) -> str:
-    """`epoch 3/14  train_loss 0.412  test_acc 0.871  705 samples/s  ETA 4.1 min`: the row of
+    """`epoch 3/14  train_loss 0.412  test_acc 87.10%  705 samples/s  ETA 4.1 min`: the row of
     a notebook's epoch and of `train-anywhere run`'s (the ETA from `record` unless given); a
     `note` (e.g. `synthetic sample`) follows the numbers in brackets."""
     eta = format_hours(eta_hours(record, epochs)) if eta is None else eta
@@ -144,7 +184,7 @@ def epoch_line(record: dict, epochs: int, eta: str | None = None,
             continue
         split, _, name = key.partition("_")
         label = f"{split}_{_SHORT.get(name, name)}" if split in ("train", "test") else key
-        parts.append(f"{label} {_number(float(value))}")
+        parts.append(f"{label} {shown(key, value)}")
     if note:
         parts.append(f"({note})")
     if "samples_per_s" in record:

@@ -7,8 +7,8 @@ It writes the workload's three files, and nothing else:
     tests/test_NAME.py        its tests (the sample's format, a smoke run of the notebook)
 
 from lib/templates/*.tmpl: a small classifier of arrays kept as .npz files, with a synthetic
-sample in that format, so `python build_notebooks.py` then renders six platform notebooks
-that train at once. The places to edit are marked `EDIT`. A bad NAME (not a lower-case
+sample in that format, so `python build_notebooks.py` then renders a notebook per platform
+that trains at once. The places to edit are marked `EDIT`. A bad NAME (not a lower-case
 identifier, or a workload that exists) is one line and writes nothing.
 """
 

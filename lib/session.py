@@ -227,7 +227,8 @@ def _clock(platform: Platform, runtime: str, dist: Dist) -> Clock:
 def where_line(data_dir: Path, out_dir: Path, roles: Storage, clock: Clock) -> str:
     """One line: where data and results are, what of them is kept, and the time left."""
     kept = f" ({roles.keeps})" if roles.keeps else ""
-    line = f"data in {data_dir}; results in {out_dir}{kept}"
+    # absolute: a relative default ("data") reads as a word, not a folder
+    line = f"data in {Path(data_dir).absolute()}; results in {Path(out_dir).absolute()}{kept}"
     left = clock.left_s()
     if left is not None:
         line += (f"; session limit {clock.limit_hours:g} h, {max(left, 0) / 3600:.1f} h left "
@@ -256,7 +257,7 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
     clouds.check_out_dir(out_dir, runtime, smoke=cfg.smoke)
     roles = storage(runtime)
     clock = _clock(platform, runtime, dist)
-    batch = cfg.resolved_batch_size()
+    batch = cfg.resolved_batch_size(choice.type)  # the local notebook's follows the device
     if cfg.smoke:
         batch = min(batch, SMOKE_MAX_BATCH)
     if dist.main and roles.session_bound and cfg.resume != "new" and carry:

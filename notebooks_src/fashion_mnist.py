@@ -32,7 +32,7 @@ LR = 1.0  # Adadelta learning rate
 GAMMA = 0.7  # learning-rate decay per epoch (StepLR)
 SEED = 1  # fixes initialisation, shuffling and dropout
 CHECKPOINT_MINUTES = 10.0  # also save mid-epoch this often
-RESUME = "auto"  # "auto" resume, refuse a changed run; "new" afresh in a sub-folder; "require"
+RESUME = "auto"  # "auto": resume, refuse a changed run; "new": start afresh; "require": resume
 COMPILE = "auto"  # torch.compile: "auto" where it pays off (docs: Workloads), True or False
 
 # %%

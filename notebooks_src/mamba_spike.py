@@ -62,7 +62,7 @@ N_LAYERS = None  # Mamba blocks; None: the official 4 (N-MNIST) or 6
 SPIKE_CHANNELS = None  # channels of the last spiking layer; None: the official 64 or 128
 SEED = 1  # fixes initialisation and shuffling
 CHECKPOINT_MINUTES = 10.0  # also save mid-epoch this often
-RESUME = "auto"  # "auto" resume, refuse a changed run; "new" afresh in a sub-folder; "require"
+RESUME = "auto"  # "auto": resume, refuse a changed run; "new": start afresh; "require": resume
 COMPILE = "auto"  # torch.compile: "auto" where it pays off (docs: Workloads), True or False
 
 # %%

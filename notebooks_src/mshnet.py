@@ -53,7 +53,7 @@ BASE_SIZE = None  # test images are resized to this; None: 256 (64 with SAMPLE_D
 CROP_SIZE = None  # training crop after the random rescale; None: as BASE_SIZE
 SEED = 1  # fixes initialisation, shuffling and augmentation
 CHECKPOINT_MINUTES = 10.0  # also save mid-epoch this often
-RESUME = "auto"  # "auto" resume, refuse a changed run; "new" afresh in a sub-folder; "require"
+RESUME = "auto"  # "auto": resume, refuse a changed run; "new": start afresh; "require": resume
 COMPILE = "auto"  # torch.compile: "auto" where it pays off (docs: Workloads), True or False
 
 # %%

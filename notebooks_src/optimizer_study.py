@@ -45,7 +45,7 @@ LR = None  # None: each optimizer's literature default (the table below)
 WEIGHT_DECAY = None  # None: each optimizer's literature default
 WARMUP_EPOCHS = 5  # linear warm-up, then cosine decay to zero
 CHECKPOINT_MINUTES = 10.0  # also save mid-epoch this often
-RESUME = "auto"  # "auto" resume, refuse a changed run; "new" afresh in a sub-folder; "require"
+RESUME = "auto"  # "auto": resume, refuse a changed run; "new": start afresh; "require": resume
 COMPILE = "auto"  # torch.compile: "auto" where it pays off (docs: Workloads), True or False
 
 # %%

@@ -67,13 +67,21 @@ def test_xla_version_pair_is_checked():
     assert bootstrap.xla_version_problem(version=versions.__getitem__) is None
 
 
-def test_local_prepare_sets_the_mps_fallback_and_changes_to_the_project(tmp_path, monkeypatch):
+def test_local_prepare_sets_the_mps_fallback_only_on_a_mac(tmp_path, monkeypatch, capsys):
+    """The Mac's MPS switch on a Mac; on Linux (a workstation's own GPU, CI) not a word of it."""
     env = {}
     monkeypatch.chdir(tmp_path)
     root = os.getcwd()
-    assert bootstrap.prepare("local", tmp_path, environ=env) == "local"
+    assert bootstrap.prepare("local", tmp_path, environ=env, mac=True) == "local"
     assert env["PYTORCH_ENABLE_MPS_FALLBACK"] == "1"
     assert os.getcwd() == root
+    assert "a Mac: PYTORCH_ENABLE_MPS_FALLBACK=1" in capsys.readouterr().out
+    env = {}
+    bootstrap.prepare("local", tmp_path, environ=env, mac=False)
+    out = capsys.readouterr().out
+    assert "PYTORCH_ENABLE_MPS_FALLBACK" not in env and "MPS" not in out.replace(
+        "CUDA, MPS or CPU", "") and "Mac" not in out
+    assert "Local (this machine: CUDA, MPS or CPU) notebook on the local runtime" in out
 
 
 def test_unknown_platform_in_bootstrap_is_clear(tmp_path):

@@ -87,7 +87,9 @@ def test_header_bootstrap_and_parameters(platform):
     assert (boot.metadata.get("cellView") == "form") is (runtime == "colab")
     assert (boot.metadata.get("_kg_hide-input") is True) is (runtime == "kaggle")
     assert all(c.metadata in ({}, {"tags": ["parameters"]}) for c in nb.cells if c is not boot)
-    assert boot.source.endswith("prepare(PLATFORM, _root)")
+    assert boot.source.endswith("_runtime = bootstrap.start(PLATFORM, _root, _project, _how)")
+    # Short to read: it finds or clones the project; the rest is lib/bootstrap.py's `start`.
+    assert len(boot.source.splitlines()) <= 60
     assert not any(f"\"{name}\"" in boot.source for name in PLATFORMS)
     assert '{"repository": "someone/fork", "ref": "dev", "version": "0.1.0"}' in boot.source
     # No UPPER_CASE global: the config cell takes every such name as a parameter.

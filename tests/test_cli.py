@@ -6,14 +6,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from lib import cli, params, workloads
-from lib.metrics import read_jsonl
-from lib.progress import epoch_line
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ["-p", "SMOKE", "True", "-p", "SAMPLE_DATA", "True"]
@@ -99,6 +96,8 @@ BAD = [
     (["params", "nope"], "unknown workload 'nope'"),
     (["sweep", "optimiser_study", "--grid", "SEED=0", "--out", "{tmp}"],
      "unknown workload 'optimiser_study' (did you mean optimizer_study?)"),
+    (["run", "fashion_mnist", "--platform", "local_mps"],
+     "platform 'local_mps' is now 'local' (this machine: CUDA, MPS or the CPU)"),
     (["run", "fashion_mnist", "--platform", "colab_t5"],
      "unknown platform 'colab_t5' (did you mean colab_t4?)"),
     (["sweep", "fashion_mnist", "--platform", "kaggle", "--grid", "SEED=1", "--out", "{tmp}"],
@@ -154,50 +153,18 @@ def test_sweep_refuses_a_folder_holding_another_sweep(tmp_path, capsys):
 
 
 @pytest.mark.notebook
-def test_run_streams_epochs_and_ends_with_the_headline(tmp_path):
-    """A real papermill run of the local notebook: one line per epoch, then where things are;
-    `report` on its folder prints the table and writes the curves without training."""
-    out = tmp_path / "run one"  # a space: paths are passed whole
-    started = time.time()
-    proc = ta("run", "fashion_mnist", *SMOKE, "-p", "EPOCHS", "2",
-              "-p", "DATA_DIR", str(tmp_path / "data"), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    epochs = [line for line in lines if line.startswith("epoch ")]
-    assert [e.split()[1] for e in epochs] == ["1/2", "2/2"], proc.stdout
-    # the notebook's own row: one format for an epoch wherever it is watched
-    assert epochs == [epoch_line(r, 2, note="synthetic sample")
-                      for r in read_jsonl(out / "metrics.jsonl")]
-    assert "  test_acc " in epochs[-1] and epochs[-1].endswith("samples/s  ETA 0.0 min")
-    assert any(line.strip().startswith("test_accuracy ") and "after 2 epoch(s) on cpu" in line
-               for line in lines), proc.stdout
-    executed = out / "fashion_mnist.ipynb"
-    assert f"executed notebook  {executed}" in proc.stdout and executed.exists()
-    records = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in records] == [1, 2]
-    # What bench_sweep dates a cell's first training step by: inside this run, before epoch 1
-    # ended.
-    from bench.bench_sweep import first_step
-
-    assert started < first_step(out) < (out / "metrics.jsonl").stat().st_mtime
-
-    (out / "curves.png").unlink(missing_ok=True)
-    rep = ta("report", str(out))
-    assert rep.returncode == 0, rep.stderr
-    assert "| . | 2 | " in rep.stdout and (out / "curves.png").exists()
-
-
-@pytest.mark.notebook
 def test_run_shows_the_notebooks_error_as_one_line(tmp_path):
-    """Valid parameters, but the session refuses the device: the notebook's one line, exit 1."""
+    """Valid parameters, but the session refuses the device: the notebook's one line, exit 2
+    (a mistake to fix), and the run folder stays empty."""
     proc = ta("run", "fashion_mnist", *SMOKE, "-p", "EPOCHS", "1", "-p", "DEVICE", "cuda",
               "-p", "DATA_DIR", str(tmp_path / "data"), "--out", str(tmp_path / "o"),
               env={"NO_CUDA": "1"})
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     err = stderr_lines(proc)
     assert len(err) == 1, proc.stderr
-    assert err[0].startswith("error: ") and 'DEVICE="cuda"' in err[0]
-    assert "Traceback" not in proc.stderr and str(tmp_path / "o" / "fashion_mnist.ipynb") in err[0]
+    assert err[0].startswith("train-anywhere run: DeviceError: ") and 'DEVICE="cuda"' in err[0]
+    assert "Traceback" not in proc.stderr
+    assert not list((tmp_path / "o").rglob("*.ipynb"))
 
 
 def test_make_demo_runs_the_sample_into_its_own_folder(monkeypatch, tmp_path):
@@ -216,3 +183,28 @@ def test_make_demo_runs_the_sample_into_its_own_folder(monkeypatch, tmp_path):
     assert sample[-1] == str(tmp_path / "sample") and real[-1] == str(tmp_path / "real")
     assert " ".join(sample).count("True") == 2 and "True" not in real
     assert real[real.index("EPOCHS") + 1] == "14"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["run", "fashion_mnist", "--out", "{file}"], "--out '{file}' is a file, not a folder"),
+    (["run", "fashion_mnist", "--out", "{file}/run"], "lies below '{file}', which is a file"),
+    (["run", "fashion_mnist", "-p", "DATA_DIR", "{file}"], "-p DATA_DIR '{file}' is a file"),
+    (["sweep", "fashion_mnist", "--grid", "SEED=1,2", "--out", "{file}"],
+     "--out '{file}' is a file, not a folder"),
+    (["sweep", "fashion_mnist", "--grid", "SEED=1", "-p", "DATA_DIR", "{file}", "--out",
+      "{tmp}/s"], "-p DATA_DIR '{file}' is a file"),
+    (["report", "{file}"], "{file} is not a folder"),
+])
+def test_every_path_mistake_is_one_line_exit_2(argv, message, tmp_path, capsys):
+    """`--out` naming a file (issue 35: a FileExistsError traceback, exit 1), below a file, a
+    DATA_DIR that is a file: one line naming it, exit 2, nothing written."""
+    file = tmp_path / "notes.txt"
+    file.write_text("mine\n")
+    fill = {"{file}": str(file), "{tmp}": str(tmp_path)}
+    for key, value in fill.items():
+        argv = [a.replace(key, value) for a in argv]
+        message = message.replace(key, value)
+    assert cli.main(argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and message in err[0], err
+    assert file.read_text() == "mine\n" and sorted(tmp_path.iterdir()) == [file]

@@ -28,7 +28,8 @@ def test_unrelated_notebook_globals_are_ignored():
 
 
 @pytest.mark.parametrize("changes,pattern", [
-    (dict(EPOCHS="ten"), r"EPOCHS='ten' has type str; expected int.*papermill -p EPOCHS"),
+    (dict(EPOCHS="ten"),
+     r"EPOCHS='ten' has type str; expected int; set EPOCHS = 14 in the parameters cell"),
     (dict(EPOCHS=2.5), r"EPOCHS=2.5 has type float; expected int"),
     (dict(SMOKE="yes"), r"SMOKE='yes' has type str; expected bool"),
     (dict(BATCH_SIZE="64"), r"BATCH_SIZE='64'.*expected int or None"),
@@ -67,3 +68,18 @@ def test_default_paths_follow_the_runtime(monkeypatch, tmp_path):
     assert out == tmp_path / "drive/MyDrive/train-anywhere/runs/fashion_mnist"  # durable
     assert data == tmp_path / "content/train-anywhere/data"  # the VM's disk, not the FUSE mount
     assert make(OUT_DIR=str(tmp_path / "x")).paths("colab")[1] == tmp_path / "x"
+
+
+@pytest.mark.parametrize("front_end,fix", [
+    ("cli", "set it with -p EPOCHS 14."),
+    ("papermill", "set it with papermill's -p EPOCHS 14."),
+    ("notebook", "set EPOCHS = 14 in the parameters cell."),
+])
+def test_the_fix_is_phrased_for_the_front_end_in_use(front_end, fix, monkeypatch):
+    """The terminal types `-p EPOCHS 14`, a notebook edits its parameters cell."""
+    from lib.errors import FRONT_END_ENV
+
+    monkeypatch.setenv(FRONT_END_ENV, front_end)
+    with pytest.raises(ConfigError) as err:
+        make(EPOCHS=-1)
+    assert str(err.value) == f"EPOCHS=-1 must be > 0; {fix}"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lib.device import DeviceError, Probe, choose_device, choose_precision, cuda_preflight
-from lib.platforms import PLATFORMS, get_platform
+from lib.platforms import ANY, PLATFORMS, get_platform
 
 T4 = dict(cuda=True, cuda_name="Tesla T4", capability=(7, 5), cuda_count=1,
           arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"))
@@ -31,6 +31,12 @@ def test_auto_prefers_the_platform_accelerator_then_cuda_xla_mps_cpu(platform, c
     choice = pick(platform, **machine)
     available = {"cuda": cuda, "xla": xla, "mps": mps}
     wanted = PLATFORMS[platform].accelerator
+    if wanted == ANY:  # the local notebook: this machine's best, saying which it found
+        expected = next((k for k in ("cuda", "xla", "mps") if available[k]), "cpu")
+        assert choice.type == expected
+        assert ("this machine's best device" if expected != "cpu" else
+                "no CUDA GPU or Apple MPS found") in choice.reason
+        return
     expected = wanted if available[wanted] else next(
         (k for k in ("cuda", "xla", "mps") if available[k]), "cpu")
     assert choice.type == expected
@@ -198,3 +204,26 @@ def test_t4x2_with_two_gpus_has_no_caveat():
     line = pick("kaggle_t4x2", **dict(T4, cuda_count=2)).describe()
     assert line == ("device cuda (fp16) on 2 x Tesla T4 (sm_75): the Kaggle T4 x2 notebook's "
                     "accelerator is available")
+
+
+@pytest.mark.parametrize("machine,kind,batch,precision", [
+    (T4, "cuda", 256, "fp16"),  # a workstation's own NVIDIA GPU
+    (dict(mps=True, torch_version="2.8.0"), "mps", 128, "fp16"),  # a Mac
+    ({}, "cpu", 128, "fp32"),  # a laptop or CI
+])
+def test_the_local_notebook_takes_what_this_machine_has(machine, kind, batch, precision):
+    """CUDA > MPS > CPU, saying which; the default batch and precision follow the device."""
+    from lib.workloads.fashion_mnist import FashionConfig
+
+    choice = pick("local", **machine)
+    assert (choice.type, choice.precision.name) == (kind, precision)
+    assert "\n" not in choice.describe() and "Mac" not in choice.describe()
+    cfg = FashionConfig(platform="local", epochs=1, lr=1.0)
+    assert cfg.resolved_batch_size(choice.type) == batch
+
+
+def test_an_old_platform_name_is_refused_naming_the_new_one():
+    from lib.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="PLATFORM 'local_mps' is now 'local'"):
+        get_platform("local_mps")

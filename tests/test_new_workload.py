@@ -94,7 +94,7 @@ def test_the_new_workload_runs_resumes_refuses_a_changed_lr_and_sweeps(user, tmp
     history = check_history(out, 2)
     assert history[-1]["device"] == "cpu"
     assert (tmp_path / "data" / "sample" / NAME / "train.npz").exists()  # the documented place
-    check_clean_outputs(nbformat.read(out / f"{NAME}.ipynb", as_version=4))
+    check_clean_outputs(nbformat.read(out / f"{NAME}-session-1.ipynb", as_version=4))
 
     more = run(user, "train-anywhere", "run", NAME, *SMOKE, "-p", "EPOCHS", "3",
                "-p", "DATA_DIR", data, "--out", str(out))
@@ -104,9 +104,9 @@ def test_the_new_workload_runs_resumes_refuses_a_changed_lr_and_sweeps(user, tmp
     files = snapshot(out)
     refused = run(user, "train-anywhere", "run", NAME, *SMOKE, "-p", "EPOCHS", "3",
                   "-p", "LR", "0.01", "-p", "DATA_DIR", data, "--out", str(out))
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert "ExperimentChanged" in refused.stderr and "LR 0.001 -> 0.01" in refused.stderr
-    assert {p for p in changed(files, snapshot(out)) if not p.endswith(".ipynb")} == set()
+    assert changed(files, snapshot(out)) == set()  # every file, the sessions' notebooks too
 
     grid = tmp_path / "sweep"
     swept = run(user, "train-anywhere", "sweep", NAME, "--grid", "SEED=0,1", *SMOKE,

@@ -12,8 +12,9 @@ def test_epoch_line_is_a_formatted_row():
     record = {"epoch": 3, "lr": 1.0, "train_loss": 0.41234, "train_samples": 60000,
               "test_loss": 0.3012, "test_accuracy": 0.8712, "test_balanced_accuracy": 0.87,
               "device": "cpu", "seconds": 85.0, "samples_per_s": 705.4, "xla_compiles": 0}
-    row = ("epoch 3/14  train_loss 0.4123  test_loss 0.3012  test_acc 0.8712  test_bal_acc 0.87  "
-           "705 samples/s  ETA 4.1 min")
+    # accuracy in percent, as the results table and the plots show it (progress.PERCENT)
+    row = ("epoch 3/14  train_loss 0.4123  test_loss 0.3012  test_acc 87.12%  test_bal_acc "
+           "87.00%  705 samples/s  ETA 4.1 min")
     assert progress.epoch_line(record, 14, "4.1 min") == row
     # read back from metrics.jsonl (keys sorted), the same row; its ETA from its own pace
     assert progress.epoch_line(dict(sorted(record.items())), 14) == row.replace("4.1 min",
@@ -24,7 +25,7 @@ def test_epoch_line_is_a_formatted_row():
     # a run on the offline sample says so beside its numbers
     noted = progress.epoch_line({"epoch": 1, "test_accuracy": 0.5, "samples_per_s": 9.0}, 2,
                                 "0.0 min", note="synthetic sample")
-    assert noted == "epoch 1/2  test_acc 0.5  (synthetic sample)  9 samples/s  ETA 0.0 min"
+    assert noted == "epoch 1/2  test_acc 50.00%  (synthetic sample)  9 samples/s  ETA 0.0 min"
 
 
 class _Stream:

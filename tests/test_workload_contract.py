@@ -64,7 +64,10 @@ def test_report_takes_the_headline_from_the_workload_the_folder_records(tmp_path
     records = [{"epoch": 1, "train_loss": 1.0, "test_loss": 0.9, "test_Pd": 0.25,
                 "test_mIoU": 0.5, "device": "cpu"}]
     write_jsonl(tmp_path / "metrics.jsonl", records)
-    assert "| run | epochs | test_Pd |" in report(tmp_path)  # no config.json: a first guess
+    # no config.json: a first guess (Pd is recorded in %, as shown)
+    assert "| run | epochs | best test_Pd | last epoch |" in report(tmp_path)
+    assert "| . | 1 | 0.25% (epoch 1) | 0.25% | cpu |" in report(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"experiment": {"workload": "mshnet"}}))
     table = report(tmp_path)
-    assert "| run | epochs | test_mIoU |" in table and "| . | 1 | 0.5000 | cpu |" in table
+    assert "| run | epochs | best test_mIoU | last epoch |" in table
+    assert "| . | 1 | 0.50% (epoch 1) | 0.50% | cpu |" in table

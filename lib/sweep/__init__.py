@@ -32,6 +32,7 @@ from lib import workloads as contract
 from lib.params import (
     UsageError,
     absolute_paths,
+    check_folder,
     check_platform,
     check_workload,
     closest,
@@ -105,7 +106,9 @@ def plan(args) -> tuple[dict, list[Cell]]:
     clash = sorted(set(grid) & set(base))
     if clash:
         raise UsageError(f"{clash[0]} is both in --grid and -p; keep it in one of them.")
-    out = Path(args.out).expanduser().resolve()
+    out = check_folder("--out", Path(args.out).expanduser().resolve())
+    if isinstance(base.get("DATA_DIR"), str) and args.on not in ("kaggle", "colab"):
+        check_folder("-p DATA_DIR", Path(base["DATA_DIR"]).expanduser().resolve())
     shared = contract.get(workload).grid  # the workload keeps one folder per grid run
     remote = args.on in ("kaggle", "colab")
     # Remote cells get their paths as given (they name the remote machine's folders).

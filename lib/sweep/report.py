@@ -13,10 +13,11 @@ import json
 from pathlib import Path
 
 from lib import workloads as contract
-from lib.execute import headline
+from lib.execute import headline, session_notebooks
 from lib.experiment import read_config
 from lib.metrics import read_jsonl
 from lib.params import UsageError, config_for
+from lib.progress import best_record, shown
 
 
 def _figures_closed(fn):
@@ -81,7 +82,7 @@ def sweep(out: Path) -> str:
         value = last.get(metric)
         status = "done" if (path.parent / "DONE.json").exists() else "not finished"
         row = [*(cell["values"][k] for k in spec["grid"]), metric if runs else "-",
-               f"{value:.4f}" if isinstance(value, float) else "-", last.get("epoch", "-"), status]
+               shown(metric, value), last.get("epoch", "-"), status]
         rows.append(row)
         csv_rows.append(dict(zip(header, row, strict=True)))
     with open(out / "summary.csv", "w", newline="") as f:
@@ -98,17 +99,23 @@ def runs(out: Path, metric: str) -> str:
     from lib.plots import training_curves
 
     metric, found = headline(out, metric)
-    rows = []
+    rows, notebooks = [], []
     for label, last in found:
         run_dir = out if label == "." else out / label
         history = read_jsonl(run_dir / "metrics.jsonl")
         keys = tuple(m for m in ("loss", "accuracy", "mIoU")
                      if any(f"test_{m}" in r or f"train_{m}" in r for r in history))
         training_curves(history, run_dir / "curves.png", metrics=keys or ("loss",))
-        value = last.get(metric)
-        rows.append([label, last.get("epoch"), f"{value:.4f}" if isinstance(value, float)
-                     else "-", last.get("device", "-"), str(run_dir / "curves.png")])
-    return _table(["run", "epochs", metric or "metric", "device", "curves"], rows)
+        best = best_record(history, metric) or {}
+        rows.append([label, last.get("epoch"),
+                     f"{shown(metric, best.get(metric))} (epoch {best.get('epoch', '-')})",
+                     shown(metric, last.get(metric)), last.get("device", "-"),
+                     str(run_dir / "curves.png")])
+        notebooks += [str(p) for p in session_notebooks(run_dir)]
+    table = _table(["run", "epochs", f"best {metric or 'metric'}", "last epoch", "device",
+                    "curves"], rows)
+    kept = "\n".join(f"  {p}" for p in notebooks) or "  none (run in Jupyter or by papermill)"
+    return f"{table}\nexecuted notebooks, one per session that trained:\n{kept}"
 
 
 def report(out: Path) -> str:

@@ -11,6 +11,7 @@ from torch import nn
 from lib import experiment
 from lib.config import ConfigError, RunConfig
 from lib.data import fashion
+from lib.errors import how_to_set
 from lib.metrics import Accuracy
 from lib.models.cnn import CNN, CNNConfig
 from lib.session import Session
@@ -34,7 +35,8 @@ class FashionConfig(RunConfig):
 
     def validate(self) -> None:
         if not 0 < self.gamma <= 1:
-            raise ConfigError(f"GAMMA={self.gamma!r} must be in (0, 1]; e.g. GAMMA = 0.7.")
+            raise ConfigError(f"GAMMA={self.gamma!r} must be in (0, 1]; "
+                              f"{how_to_set('GAMMA', 0.7)}.")
 
 
 def build_task(cfg: FashionConfig, device: torch.device) -> tuple[Task, dict]:

@@ -32,6 +32,7 @@ from lib.data.events import (
 from lib.data.events import (
     build_datasets as event_datasets,
 )
+from lib.errors import how_to_set
 from lib.metrics import Accuracy, ConfusionMatrix
 from lib.models.mamba_spike import (
     PRESETS,
@@ -103,8 +104,8 @@ class MambaSpikeRunConfig(RunConfig):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{name.upper()}={value!r} must be a positive integer or None "
-                                  f"(None: {self._default_text(name)}); fix it in the "
-                                  "parameters cell.")
+                                  f"(None: {self._default_text(name)}); "
+                                  f"{how_to_set(name.upper(), None)}.")
         self._check_framing()
         self._non_negative("denoise_us", self.denoise_us, " (0 or None: no denoising); e.g. "
                            "DENOISE_US = 10000 as the official code.")
@@ -151,11 +152,11 @@ class MambaSpikeRunConfig(RunConfig):
                     downsample=self.resolved_downsample(),
                     denoise_us=self.denoise_us or None)
 
-    def resolved_batch_size(self) -> int:
+    def resolved_batch_size(self, device: str | None = None) -> int:
         """BATCH_SIZE, else the platform's value scaled by the official per-dataset ratio."""
         if self.batch_size is not None:
             return self.batch_size
-        return max(1, round(super().resolved_batch_size() * BATCH_SCALE[self.dataset]))
+        return max(1, round(super().resolved_batch_size(device) * BATCH_SCALE[self.dataset]))
 
     def model_config(self, downsample: int | None = None) -> MambaSpikeConfig:
         """The dataset's preset at the frame size the data produces (or at `downsample`),

@@ -104,15 +104,15 @@ class OptimizerStudyConfig(RunConfig):
         except ValueError as exc:
             raise ConfigError(f"{name.upper()}: {exc}") from None
 
-    def resolved_batch_size(self) -> int:
+    def resolved_batch_size(self, device: str | None = None) -> int:
         """BATCH_SIZE, else each device's share of GLOBAL_BATCH (SMOKE: 16, a ResNet-18 step
-        on a CPU takes a second at 32)."""
+        on a CPU takes a second at 32), whatever the device."""
         if self.batch_size is not None:
             return self.batch_size
         return SMOKE_BATCH if self.smoke else self.default_batch(self.platform)
 
     @classmethod
-    def default_batch(cls, platform: str) -> int:
+    def default_batch(cls, platform: str, device: str | None = None) -> int:
         """Each device's share of GLOBAL_BATCH: the optimizers' learning rates are tuned for
         it, so a T4 run and a TPU run are the same experiment."""
         return GLOBAL_BATCH // PLATFORMS[platform].devices
