@@ -11,6 +11,9 @@ from bench import bench_compile, bench_gpu, bench_loop, bench_pipeline, bench_su
 from bench.common import ROOT, median
 from lib.platforms import PLATFORMS
 
+# The benchmarks' own smoke runs (notebooks, compile, loops): make test, not test-quick.
+pytestmark = pytest.mark.slow
+
 
 def positive(x) -> bool:
     return isinstance(x, float) and math.isfinite(x) and x > 0

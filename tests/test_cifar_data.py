@@ -178,6 +178,7 @@ def test_sample_beats_chance_but_no_class_template_solves_it(tmp_path, name, ban
     assert band[0] < accuracy < band[1]
 
 
+@pytest.mark.slow  # trains a CNN for several epochs: make test, not test-quick
 def test_cifar10_sample_is_learnt_gradually_by_a_small_cnn(tmp_path, one_thread):
     """Below 0.5 after one epoch, clearly better after five: learnable, not trivial. Spread
     over seeds 0-3 x three CPU settings (`python -m bench.bench_learning -k cifar_cnn`): first

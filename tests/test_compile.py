@@ -101,6 +101,7 @@ def _compiled_task(**kw):
     return task
 
 
+@pytest.mark.slow  # compiles through inductor: make test, not test-quick
 def test_a_compiled_run_computes_the_eager_numbers_resumes_and_saves_plain_weights(tmp_path):
     """Toy model with dropout: the same masks (fallback_random), losses and weights within
     float rounding; a run killed after epoch 1 resumes to the uninterrupted numbers; the
