@@ -15,7 +15,7 @@ import torch
 from bench import gpu_check
 
 # minutes of tiny training, compile and kills: not in test-quick
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gpu_check")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

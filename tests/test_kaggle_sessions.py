@@ -20,7 +20,7 @@ import torch
 from lib.metrics import read_jsonl
 from tests.fault_harness import ROOT, notebook_script, strip_timing
 
-pytestmark = [pytest.mark.notebook, pytest.mark.xdist_group("kaggle_sessions")]
+pytestmark = pytest.mark.notebook
 PARAMS = dict(PLATFORM="kaggle_p100", DEVICE="cpu", SMOKE=True, SAMPLE_DATA=True, EPOCHS=3,
               SMOKE_BATCHES=3)
 RUN = ("runs", "fashion_mnist")  # OUT_DIR's default under /kaggle/working

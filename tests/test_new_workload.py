@@ -22,8 +22,6 @@ from lib.platforms import PLATFORMS
 from tests.notebook_run import FAKES, check_clean_outputs, stream_text
 from tests.user_repo import ROOT, changed, copy_repository, run, snapshot, user_env
 
-pytestmark = pytest.mark.xdist_group("new_workload")
-
 NAME = "demo_exp"
 THREE = {f"notebooks_src/{NAME}.py", f"lib/workloads/{NAME}.py", f"tests/test_{NAME}.py"}
 SMOKE = ["-p", "SMOKE", "True", "-p", "SAMPLE_DATA", "True"]

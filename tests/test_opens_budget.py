@@ -7,8 +7,6 @@ import torch
 from bench import bench_opens
 from lib.data import opens
 
-pytestmark = pytest.mark.xdist_group("opens_budget")
-
 
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory):

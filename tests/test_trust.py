@@ -13,7 +13,7 @@ from lib import durable
 from lib.metrics import read_jsonl
 from tests.notebook_run import execute, stream_text
 
-pytestmark = [pytest.mark.notebook, pytest.mark.xdist_group("trust")]
+pytestmark = pytest.mark.notebook
 SMALL = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=2)
 
 

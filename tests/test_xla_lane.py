@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = [pytest.mark.xla, pytest.mark.xdist_group("xla_lane")]
+pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
 from lib.data import fashion  # noqa: E402

@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-pytestmark = [pytest.mark.xla, pytest.mark.xdist_group("xla_mamba_spike")]
+pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
 from lib.data.events import build_datasets as event_datasets  # noqa: E402

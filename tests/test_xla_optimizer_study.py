@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-pytestmark = [pytest.mark.xla, pytest.mark.xdist_group("xla_optimizer_study")]
+pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
 from lib.data.cifar import build_datasets as cifar_datasets  # noqa: E402
