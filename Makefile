@@ -53,7 +53,7 @@ $(VENV)/.installed: pyproject.toml $(LOCK)
 install-xla: $(XLA_VENV)/.installed
 $(XLA_VENV)/.installed: pyproject.toml $(XLA_LOCK) $(VENV)/.installed
 	rm -rf $(XLA_VENV)
-	$(VENV)/bin/uv venv --quiet --python $(PYTHON) $(XLA_VENV)
+	$(VENV)/bin/uv venv --quiet --seed --python $(PYTHON) $(XLA_VENV)
 	$(VENV)/bin/uv pip install --quiet --python $(XLA_PY) --require-hashes --no-deps \
 		-r $(XLA_LOCK)
 	$(VENV)/bin/uv pip install --quiet --python $(XLA_PY) --no-deps -e .
