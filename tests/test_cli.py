@@ -208,3 +208,17 @@ def test_every_path_mistake_is_one_line_exit_2(argv, message, tmp_path, capsys):
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and message in err[0], err
     assert file.read_text() == "mine\n" and sorted(tmp_path.iterdir()) == [file]
+
+
+def test_ctrl_c_says_how_to_resume_and_the_front_end_is_put_back(monkeypatch, capsys):
+    """Ctrl-C during a command is one line saying the same command resumes (exit 130), and
+    the front end the caller had set (a notebook calling main) is restored."""
+    def interrupted(args):
+        assert os.environ[cli.FRONT_END_ENV] == "cli"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_list", interrupted)
+    monkeypatch.setenv(cli.FRONT_END_ENV, "notebook")
+    assert cli.main(["list"]) == 130
+    assert capsys.readouterr().err == "interrupted; run the same command again to resume\n"
+    assert os.environ[cli.FRONT_END_ENV] == "notebook"
