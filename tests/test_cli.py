@@ -222,3 +222,17 @@ def test_ctrl_c_says_how_to_resume_and_the_front_end_is_put_back(monkeypatch, ca
     assert cli.main(["list"]) == 130
     assert capsys.readouterr().err == "interrupted; run the same command again to resume\n"
     assert os.environ[cli.FRONT_END_ENV] == "notebook"
+
+
+def test_the_headline_of_a_run_that_recorded_no_score_says_so(tmp_path):
+    """A run whose epochs recorded no test score (its evaluation never ran) gets the line
+    that says so, not a number from nowhere; a scored one gets best and last, in percent."""
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1, "train_loss": 2.3}\n')
+    assert cli._headline(tmp_path, "fashion_mnist", sample=False) == [
+        "  no test_accuracy recorded after 1 epoch(s)"]
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"epoch": 1, "test_accuracy": 0.5, "device": "cpu"}\n'
+        '{"epoch": 2, "test_accuracy": 0.25, "device": "cpu"}\n')
+    (line,) = cli._headline(tmp_path, "fashion_mnist", sample=True)
+    assert line.startswith("  test_accuracy 50.00% at epoch 1 (best), 25.00% at epoch 2 (last)")
+    assert line.endswith("training works)")
