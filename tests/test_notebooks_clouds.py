@@ -98,9 +98,10 @@ def open_notebook(platform, workload, served, home) -> Path:
     return opened
 
 
-def session(opened, workload, served, root, env, name, **more_env):
-    """One session: the notebook run in its folder (Jupyter's kernel starts there)."""
-    executed = root / f"executed-{name}.ipynb"
+def session(opened, workload, served, root, env, name, executed_in=None, **more_env):
+    """One session: the notebook run in its folder (Jupyter's kernel starts there); the
+    executed notebook goes to `executed_in` (default: the service's root)."""
+    executed = (executed_in or root) / f"executed-{name}.ipynb"
     params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=1, **SMALL[workload])
     kernel_env = {**served.env, **env, "TA_CLOUD_ROOT": str(root), "PYTHONPATH": "",
                   "OMP_NUM_THREADS": "1", **more_env}

@@ -30,18 +30,12 @@ import pytest
 
 from lib.metrics import read_jsonl
 from tests import cloud_standins as standin
-from tests.notebook_run import ROOT, check_clean_outputs, stream_text
+from tests.notebook_run import ROOT, stream_text
 from tests.served_repo import ServedRepo
+from tests.test_notebooks_clouds import session
 
 pytestmark = pytest.mark.notebook
 REPO = "train-anywhere"
-SMALL = {  # as tests/test_notebooks_clouds.py: the least each workload trains on
-    "fashion_mnist": dict(SMOKE_BATCHES=2),
-    "mshnet": dict(SMOKE_BATCHES=2, BATCH_SIZE=4),
-    "mamba_spike": dict(SMOKE_BATCHES=2, BATCH_SIZE=4, DATASET="nmnist", N_TIME_BINS=4,
-                        DOWNSAMPLE=2, D_MODEL=16, N_LAYERS=1, SPIKE_CHANNELS=8),
-    "optimizer_study": dict(SMOKE_BATCHES=2, BATCH_SIZE=16, OPTIMIZERS=["adamw"], SEEDS=[0]),
-}
 # What each service says when the session stops (lib.clouds.storage's carry_over), and what
 # else it says at the start (its bootstrap check, its clock).
 ADVICE = {"lightning_studio": "when the Studio wakes", "modal": "same Volume attached"}
@@ -69,18 +63,10 @@ def open_notebook(platform: str, workload: str, home: Path) -> Path:
 
 def run(opened: Path, workload: str, served, root: Path, env: dict, name: str,
         **more_env) -> str:
-    """One session: the notebook run in its folder (Jupyter's kernel starts there)."""
-    executed = root.parent / f"executed-{name}.ipynb"  # outside the container: it is wiped
-    params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=1, **SMALL[workload])
-    kernel_env = {**served.env, **env, "TA_CLOUD_ROOT": str(root), "PYTHONPATH": "",
-                  "OMP_NUM_THREADS": "1", **more_env}
-    with mock.patch.dict(os.environ, kernel_env):  # the kernel inherits it
-        papermill.execute_notebook(str(opened), str(executed), parameters=params,
-                                   cwd=str(opened.parent), kernel_name="python3",
-                                   progress_bar=False)
-    nb = nbformat.read(executed, as_version=4)
-    check_clean_outputs(nb)
-    return stream_text(nb)
+    """One session (tests/test_notebooks_clouds.py's), the executed notebook kept outside
+    the container, which a new session wipes."""
+    return session(opened, workload, served, root, env, name, executed_in=root.parent,
+                   **more_env)
 
 
 @pytest.mark.parametrize("platform", sorted(standin.MORE_SERVICES))
