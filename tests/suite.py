@@ -117,14 +117,19 @@ def table(phases: list[Phase], total: float, disk: DiskPeak) -> str:
     return "\n".join(rows)
 
 
+def _checks() -> list[tuple[Phase, ...]]:
+    """What both suites run before their tests."""
+    return [(Phase("lint (ruff)", "lint"),),
+            (Phase("render check (build_notebooks --check)", "check"),)]
+
+
 def full() -> list[tuple[Phase, ...]]:
     """Steps in order; a step of two phases runs the second beside the first."""
     return [
         (Phase("install: main venv", "install"),),
         (Phase("install: FUSE (Drive stand-in)", "fuse"),),
         (Phase("install: chromium, axe-core (the site's browser checks)", "docs-deps"),),
-        (Phase("lint (ruff)", "lint"),),
-        (Phase("render check (build_notebooks --check)", "check"),),
+        *_checks(),
         (Phase("main lane tests", "test-main-tests"),
          Phase("install: XLA venv, then build image lanes", "install-xla-and-lanes")),
         (Phase("XLA lane tests", "test-xla"), Phase("Slurm lane tests", "test-slurm")),
@@ -133,12 +138,8 @@ def full() -> list[tuple[Phase, ...]]:
 
 
 def quick() -> list[tuple[Phase, ...]]:
-    return [
-        (Phase("install: main venv", "install"),),
-        (Phase("lint (ruff)", "lint"),),
-        (Phase("render check (build_notebooks --check)", "check"),),
-        (Phase("quick tests", "test-quick-tests"),),
-    ]
+    return [(Phase("install: main venv", "install"),), *_checks(),
+            (Phase("quick tests", "test-quick-tests"),)]
 
 
 def measure(steps: list[tuple[Phase, ...]], root: Path = ROOT) -> tuple[bool, str]:
