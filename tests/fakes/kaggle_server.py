@@ -55,6 +55,13 @@ WORKING = "/kaggle/working"
 PAGE = 5  # files per output page at most: small, so a run's output spans several pages
 
 
+# The Kaggle API's RPC endpoints the stand-in serves -> its method of the same job.
+ENDPOINTS = {"SaveKernel": "save_kernel", "GetKernelSessionStatus": "status",
+             "ListKernelSessionOutput": "output", "StartBlobUpload": "start_blob_upload",
+             "GetDatasetStatus": "dataset_status", "CreateDataset": "create_dataset",
+             "CreateDatasetVersion": "create_dataset_version"}
+
+
 class Kernel:
     def __init__(self, slug: str, workdir: Path, timeout_s: float | None = None):
         self.slug, self.workdir, self.timeout_s = slug, workdir, timeout_s
@@ -278,20 +285,8 @@ class Handler(BaseHTTPRequestHandler):
             auth.startswith("Basic ") else None
         if not user:
             code, reply = 401, {"code": 401, "message": "Unauthenticated"}
-        elif endpoint == "SaveKernel":
-            code, reply = self.server.save_kernel(body)
-        elif endpoint == "GetKernelSessionStatus":
-            code, reply = self.server.status(body)
-        elif endpoint == "ListKernelSessionOutput":
-            code, reply = self.server.output(body)
-        elif endpoint == "StartBlobUpload":
-            code, reply = self.server.start_blob_upload(body)
-        elif endpoint == "GetDatasetStatus":
-            code, reply = self.server.dataset_status(body)
-        elif endpoint == "CreateDataset":
-            code, reply = self.server.create_dataset(body)
-        elif endpoint == "CreateDatasetVersion":
-            code, reply = self.server.create_dataset_version(body)
+        elif endpoint in ENDPOINTS:
+            code, reply = getattr(self.server, ENDPOINTS[endpoint])(body)
         else:
             code, reply = 404, {"code": 404, "message": f"no endpoint {self.path}"}
         self._send(code, json.dumps(reply).encode())
