@@ -25,11 +25,12 @@ XDIST = -n $(JOBS) --dist loadscope
 # thread apiece keeps 2 cores from thrashing (torch's default would take every core each).
 
 .PHONY: install install-xla lock fuse lanes demo test test-quick test-main test-main-tests \
-	test-quick-tests test-slurm test-xla test-lanes install-xla-and-lanes lint notebooks check \
+	test-quick-tests test-slurm test-xla test-lanes clean-xla lint notebooks check \
 	bench clean gpu-check gpu-wheels coverage docs docs-deps
 
 # A venv $(1) with exactly the packages of lock $(2), then the library itself (no deps: the
-# lock has them all). First one line, not pip's "no matching
+# lock has them all). No pip cache: the venv is the one copy of its 6 GB (a cache would hold
+# the downloaded wheels again, 3 GB more on a fresh machine). First one line, not pip's "no matching
 # distribution", when PYTHON is too old (a Mac's python3 is Apple's 3.9).
 define make_venv
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v >= (3, 11) else \
@@ -37,7 +38,7 @@ define make_venv
 	"(python.org, or brew install python@3.12 on a Mac) and run make again with PYTHON=python3.12" % v)'
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install --quiet --upgrade pip
-	$(1)/bin/python -m pip install --quiet --require-hashes --no-deps -r $(2)
+	$(1)/bin/python -m pip install --quiet --no-cache-dir --require-hashes --no-deps -r $(2)
 	$(1)/bin/python -m pip install --quiet --no-deps -e .
 	$(1)/bin/python -m pip check
 	touch $@
@@ -47,18 +48,22 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml $(LOCK)
 	$(call make_venv,$(VENV),$(LOCK))
 
-# The XLA venv through uv (the main venv's), which links every file from its cache: the CUDA
-# libraries torch 2.9 brings are stored once for this venv and the Colab TPU lane (same torch),
-# not copied again (pip's copy was 7 GB), and the downloads run in parallel.
+# The XLA venv through uv (the main venv's): parallel downloads, and a cache of its own inside
+# it, removed once installed (uv links the venv's files to it, so the venv holds the one copy
+# of its 7.6 GB and `make clean-xla` frees all of it; the suite does once the XLA lane passed).
+XLA_UV = UV_CACHE_DIR=$(XLA_VENV)/.uv-cache $(VENV)/bin/uv
 install-xla: $(XLA_VENV)/.installed
 $(XLA_VENV)/.installed: pyproject.toml $(XLA_LOCK) $(VENV)/.installed
 	rm -rf $(XLA_VENV)
 	$(VENV)/bin/uv venv --quiet --seed --python $(PYTHON) $(XLA_VENV)
-	$(VENV)/bin/uv pip install --quiet --python $(XLA_PY) --require-hashes --no-deps \
-		-r $(XLA_LOCK)
-	$(VENV)/bin/uv pip install --quiet --python $(XLA_PY) --no-deps -e .
-	$(VENV)/bin/uv pip check --quiet --python $(XLA_PY)
+	$(XLA_UV) pip install --quiet --python $(XLA_PY) --require-hashes --no-deps -r $(XLA_LOCK)
+	$(XLA_UV) pip install --quiet --python $(XLA_PY) --no-deps -e .
+	$(XLA_UV) pip check --quiet --python $(XLA_PY)
+	rm -rf $(XLA_VENV)/.uv-cache
 	touch $@
+
+clean-xla:
+	rm -rf $(XLA_VENV)
 
 # Refresh every lock to the newest versions the ranges allow (README, "Locked versions"); then
 # `make test` proves them and the commit carries them. main.lock covers Linux, macOS and
@@ -117,8 +122,6 @@ test-quick-tests: install
 	OMP_NUM_THREADS=1 $(PY) -m pytest $(XDIST) --durations=10 \
 		-m "quick or not (notebook or xla or lane or slurm or slow)" tests
 
-install-xla-and-lanes: install-xla lanes
-
 # `sweep --on slurm` against a real single-node Slurm: tests/slurm_cluster.py installs Debian's
 # slurm-wlm and munge when missing (root), starts munged/slurmctld/slurmd on a generated
 # slurm.conf in a temporary folder, runs this pytest and stops them whatever happened. One
@@ -132,14 +135,15 @@ test-xla: install-xla
 	OMP_NUM_THREADS=1 $(XLA_PY) -m tests.environment
 	PJRT_DEVICE=CPU $(XLA_PY) -m pytest $(XDIST) --durations=30 -m xla tests
 
-# Rebuilt from nothing every time (uv links from its cache): a lane holds the image's pins
-# and nothing else, so the bootstrap's installs are tested on every run.
+# Every lane, built from nothing and kept (to look into one: then `python -m tests.lanes test`).
 lanes: install
 	TA_LANES_DIR=$(LANES_DIR) $(PY) -m tests.lanes build
 
-# Each image's notebooks run in order in its lane, one pytest per lane, JOBS lanes at a time.
-test-lanes: lanes
-	TA_LANES_DIR=$(LANES_DIR) OMP_NUM_THREADS=1 JOBS=$(JOBS) $(PY) -m tests.lanes test
+# Each lane built from nothing (a lane holds the image's pins and nothing else, so the
+# bootstrap's installs are tested on every run), its notebooks run in order in one pytest, then
+# removed (5-7 GB each; a failed one is kept): JOBS lanes at a time, so at most JOBS on disk.
+test-lanes: install
+	TA_LANES_DIR=$(LANES_DIR) OMP_NUM_THREADS=1 JOBS=$(JOBS) $(PY) -m tests.lanes run
 
 # Line and branch coverage of lib/ and build_notebooks.py over the main and XLA lanes, every
 # process the tests start included, combined into one report (BENCHMARKS.md, "The suite").

@@ -1,16 +1,23 @@
 """One CI lane per hosted image (images.toml): its Python, exactly its pins, built with uv.
 
+    python -m tests.lanes run [--keep] [IMAGE ...]  # build, test, remove each; two at a time
     python -m tests.lanes build [IMAGE ...]   # (re)build .lanes/<image> for each (all if none)
-    python -m tests.lanes test [IMAGE ...]    # run each lane's notebooks, two lanes at a time
+    python -m tests.lanes test [IMAGE ...]    # run each built lane's notebooks, two at a time
     python -m tests.lanes show                # the images, their platforms and requirements
     python -m tests.lanes lock [IMAGE ...]    # write requirements/images/<image>.txt (`make lock`)
 
 A lane is a virtual environment with the image's Python (from pyenv or PATH: a missing one
 fails, it is never skipped) and the image's pinned packages, and nothing the notebook's
-bootstrap installs, so the bootstrap's install list is tested too. It is rebuilt from
-nothing on every `make test-lanes` (uv links from its cache: seconds once downloaded). A
-kernelspec `ta-<image>` lets papermill, run from the project's own environment, start the
-notebook's kernel in the lane (tests/test_image_lanes.py).
+bootstrap installs, so the bootstrap's install list is tested too. A kernelspec `ta-<image>`
+lets papermill, run from the project's own environment, start the notebook's kernel in the
+lane (tests/test_image_lanes.py).
+
+Disk: each image brings its own CUDA torch stack (5-7 GB unpacked). A lane is built from
+nothing into its folder through a uv cache inside it, removed once built (uv links its files
+into the venv, so the venv holds the only copy), and `run` (`make test-lanes`) removes each
+lane as soon as its tests pass: at most JOBS lanes are ever on disk. A download is seconds
+(23 s for a 7 GB lane here), so nothing is kept for the next run; a failed lane is kept, to
+look into, as pytest keeps a failed test's folder (`--keep` keeps every one).
 
 The bootstrap installs what an image lacks at the versions of requirements/images/<image>.txt,
 the image's bootstrap lock: what its requirements resolve to beside the image's pins, less what
@@ -25,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -105,13 +113,17 @@ def build(name: str, image: dict) -> float:
     """(Re)build the lane of image `name` from nothing; return its wall time in seconds."""
     start = time.monotonic()
     python, dest = find_python(image["python"]), lane_dir(name)
-    shutil.rmtree(dest, ignore_errors=True)
+    remove(name)
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")  # the image's Python, never a download
     # --seed: pip is in the lane as in the images, and the bootstrap installs with it.
     subprocess.run([_uv(), "venv", "--quiet", "--seed", "--python", str(python), str(dest)],
                    env=env, check=True)
-    subprocess.run([_uv(), "pip", "install", "--quiet", "--python", str(lane_python(name)),
-                    *requirements(image)], env=env, check=True)
+    # A cache of its own, in the lane, gone once installed: the venv's files are uv's links to
+    # it, so the lane holds the one copy and removing the lane frees all of it.
+    cache = dest / ".uv-cache"
+    subprocess.run([_uv(), "pip", "install", "--quiet", "--cache-dir", str(cache), "--python",
+                    str(lane_python(name)), *requirements(image)], env=env, check=True)
+    shutil.rmtree(cache)
     spec = jupyter_path() / "kernels" / kernel_name(name) / "kernel.json"
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(json.dumps({
@@ -119,6 +131,12 @@ def build(name: str, image: dict) -> float:
         "display_name": f"{image['title']} stand-in (Python {image['python']})",
         "language": "python"}, indent=1))
     return time.monotonic() - start
+
+
+def remove(name: str) -> None:
+    """The lane of image `name` and its kernelspec, gone (nothing if it is not there)."""
+    shutil.rmtree(lane_dir(name), ignore_errors=True)
+    shutil.rmtree(jupyter_path() / "kernels" / kernel_name(name), ignore_errors=True)
 
 
 def resolve(requirements: list[str], python: str) -> dict[str, str]:
@@ -160,50 +178,75 @@ def installed(name: str) -> dict[str, str]:
 
 
 def longest_first(names: list[str], known: dict[str, dict]) -> list[str]:
-    """The lanes in the order that ends soonest on `jobs` workers: longest first. XLA images
-    compile every graph on the CPU (colab_tpu 981 s, kaggle_tpu 885 s, the others 124-400 s
-    at the last measured run), then by how many notebooks a lane runs."""
-    def cost(name: str) -> tuple[bool, int, int]:
+    """The lanes in the order that ends soonest on `jobs` workers: longest first, by the
+    notebooks a lane runs (its platforms x its workloads), three times as long on an XLA image
+    (every graph compiled on the CPU). At the last measured run: kaggle_tpu (4 notebooks, XLA)
+    474 s, kaggle_gpu (8) 198 s, colab_gpu (4) 102 s, colab_tpu (1, XLA) 85 s, sagemaker (2)
+    53 s: the order this gives."""
+    def cost(name: str) -> int:
         image = known[name]
-        return ("torch_xla" in image["pins"], len(image.get("workloads", WORKLOADS)),
-                len(image["platforms"]))
+        notebooks = len(image["platforms"]) * len(image.get("workloads", WORKLOADS))
+        return notebooks * (3 if "torch_xla" in image["pins"] else 1)
     return sorted(names, key=cost, reverse=True)
 
 
-def test(names: list[str], jobs: int = 2) -> int:
-    """One pytest process per lane (a lane's notebooks share its environment, so they run in
-    order), `jobs` lanes at a time; each lane's output and wall time, then one summary line."""
-    waiting, running, failed = list(names), {}, []
+def pytest_lane(name: str, log: Path) -> int:
+    """Run lane `name`'s notebooks (tests/test_image_lanes.py) in one pytest; its exit status."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "lane",
+           "tests/test_image_lanes.py"]
+    env = dict(os.environ, TA_LANE=name, TA_LANES_DIR=str(LANES))
+    with log.open("a") as out:
+        return subprocess.run(cmd, cwd=ROOT, env=env, stdout=out,
+                              stderr=subprocess.STDOUT).returncode
+
+
+def run(names: list[str], known: dict[str, dict], jobs: int = 2, fresh: bool = True,
+        keep: bool = False, build=build, check=pytest_lane, remove=remove) -> int:
+    """Each lane: built from nothing (`fresh`; else the one there is used), its notebooks run in
+    one pytest (a lane's notebooks share its environment, so they run in order), then removed
+    unless it failed or `keep`; `jobs` lanes at a time, in the order given. Each lane's output
+    and wall time as it ends, then one summary line; 0 when every lane passed."""
+    waiting, failed, lock = list(names), [], threading.Lock()
     logs = LANES / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    try:
-        while waiting or running:
-            while waiting and len(running) < jobs:
+
+    def one(name: str) -> int:
+        log = logs / f"{name}.log"
+        log.write_text("")
+        if fresh:
+            try:
+                seconds = build(name, known[name])
+            except (LaneError, subprocess.CalledProcessError) as err:
+                log.write_text(f"lane {name}: the build failed: {err}\n")
+                return 1
+            with log.open("a") as out:
+                out.write(f"lane {name}: built in {seconds:.0f} s\n")
+        return check(name, log)
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not waiting:
+                    return
                 name = waiting.pop(0)
-                log = (logs / f"{name}.log").open("w")
-                cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "lane",
-                       "tests/test_image_lanes.py"]
-                env = dict(os.environ, TA_LANE=name, TA_LANES_DIR=str(LANES))
-                proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log,
-                                        stderr=subprocess.STDOUT)
-                running[name] = (proc, log, time.monotonic())
-            time.sleep(1)
-            for name, (proc, log, start) in list(running.items()):
-                if proc.poll() is None:
-                    continue
-                log.close()
-                del running[name]
-                print(f"===== lane {name}: exit {proc.returncode} after "
-                      f"{time.monotonic() - start:.0f} s =====")
+            start = time.monotonic()
+            rc = one(name)
+            if not (rc or keep):
+                remove(name)
+            with lock:
+                print(f"===== lane {name}: exit {rc} after {time.monotonic() - start:.0f} s"
+                      + (", removed" if not (rc or keep) else "") + " =====")
                 print((logs / f"{name}.log").read_text(), flush=True)
-                if proc.returncode:
+                if rc:
                     failed.append(name)
-    finally:  # interrupted: stop the lanes still running
-        for proc, log, _ in running.values():
-            proc.terminate()
-            log.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(max(1, min(jobs, len(names))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     print(f"lanes: {len(names) - len(failed)} passed, {len(failed)} failed"
-          + (f" ({', '.join(failed)})" if failed else ""))
+          + (f" ({', '.join(failed)}: kept in {LANES} to look into)" if failed else ""))
     return 1 if failed else 0
 
 
@@ -214,16 +257,18 @@ def main(argv: list[str]) -> int:
             print(f"{name}: Python {image['python']}, platforms {', '.join(image['platforms'])}:"
                   f" {' '.join(requirements(image))}")
         return 0
-    if argv[:1] not in (["build"], ["test"], ["lock"]):
+    if argv[:1] not in (["build"], ["test"], ["run"], ["lock"]):
         print(__doc__.split("\n\n")[1])
         return 2
-    names = argv[1:] or list(known)
+    keep = "--keep" in argv
+    names = [a for a in argv[1:] if a != "--keep"] or list(known)
     unknown = [n for n in names if n not in known]
     if unknown:
         print(f"unknown image(s) {unknown}; images.toml has {sorted(known)}")
         return 2
-    if argv[0] == "test":
-        return test(longest_first(names, known), int(os.environ.get("JOBS", "2")))
+    if argv[0] in ("test", "run"):
+        return run(longest_first(names, known), known, int(os.environ.get("JOBS", "2")),
+                   fresh=argv[0] == "run", keep=keep or argv[0] == "test")
     if argv[0] == "lock":
         for name in names:
             print(f"lane {name}: {lock(name, known[name]).relative_to(ROOT)}")

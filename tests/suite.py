@@ -4,13 +4,17 @@
     python3 -m tests.suite --quick   # the inner loop: lint, --check, unit tests, a notebook each
 
 Runs each phase (a `make` target) and ends with a table: its seconds, its exit status, and the
-peak disk the run used (every file system it writes: the clone, the temporary folder, uv's and
-pip's caches), sampled every second. Phases that mostly wait run beside one that computes:
-the XLA venv and the image lanes are built (downloads, unpacking) while the main lane's tests
-run, and the Slurm lane (its cells wait on the scheduler) beside the XLA lane. Each phase's
-output goes to the terminal as it comes, or, for one run beside another, after it ends. The
-table is also written to `.suite/summary.md`; `--durations=30` in each pytest keeps the 30
-slowest tests in the log. Standard library only: it runs before any venv exists.
+peak disk used while it ran (every file system it writes: the clone, the temporary folder, uv's
+and pip's caches), sampled every second. Phases that mostly wait run beside one that computes:
+the XLA venv is built (downloads, unpacking) while the main lane's tests run, and the Slurm
+lane (its cells wait on the scheduler) beside the XLA lane. Disk is given back as soon as a
+phase is done with it: the XLA venv (7.6 GB) goes once its lane passed, and each image lane
+(5-7 GB) is built just before its tests and removed after them (tests/lanes.py `run`), so no
+more than the main venv and the XLA venv, or the main venv and two lanes, are ever on disk
+together. Each phase's output goes to the terminal as it comes, or, for one run beside
+another, after it ends. The table is also written to `.suite/summary.md`; `--durations=30` in
+each pytest keeps the 30 slowest tests in the log. Standard library only: it runs before any
+venv exists.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ class Phase:
 
 class DiskPeak:
     """Samples the used bytes of every file system the suite writes to; `peak` is the largest
-    rise over the start, summed over file systems."""
+    rise over the start, summed over file systems, and `peaks[label]` the largest seen while
+    `label` (the step running) was set."""
 
     def __init__(self, paths: list[Path], every: float = 1.0, usage=shutil.disk_usage):
         self.every, self.devices, self.usage = every, {}, usage
@@ -51,6 +56,7 @@ class DiskPeak:
             self.devices.setdefault(os.stat(path).st_dev, path)
         self.start = {dev: usage(p).used for dev, p in self.devices.items()}
         self.high = dict(self.start)
+        self.label, self.peaks, self._lock = "", {}, threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -59,8 +65,19 @@ class DiskPeak:
             self.sample()
 
     def sample(self) -> None:
-        for dev, path in self.devices.items():
-            self.high[dev] = max(self.high[dev], self.usage(path).used)
+        with self._lock:
+            rise = 0
+            for dev, path in self.devices.items():
+                used = self.usage(path).used
+                self.high[dev] = max(self.high[dev], used)
+                rise += used - self.start[dev]
+            self.peaks[self.label] = max(self.peaks.get(self.label, 0), rise)
+
+    def during(self, label: str) -> None:
+        """What runs from now on is `label`: a sample now closes the step before it."""
+        self.sample()
+        with self._lock:
+            self.label = label
 
     def __enter__(self) -> DiskPeak:
         self._thread.start()
@@ -107,13 +124,17 @@ def run_beside(main: Phase, side: Phase, root: Path = ROOT) -> bool:
 
 
 def table(phases: list[Phase], total: float, disk: DiskPeak) -> str:
-    rows = ["| phase | make target | seconds | exit | note |", "|---|---|---|---|---|"]
+    """A row per phase: its seconds, its exit status, and the peak disk used while it ran (over
+    the suite's start; a phase run beside another shares that one's figure)."""
+    rows = ["| phase | make target | seconds | exit | peak disk used | note |",
+            "|---|---|---|---|---|---|"]
     for p in phases:
         note = f"beside {p.beside}" if p.beside else ""
         status = "not run" if p.rc is None else str(p.rc)
-        rows.append(f"| {p.name} | {p.target} | {p.seconds:.0f} | {status} | {note} |")
-    rows.append(f"| **whole suite** | | **{total:.0f}** | | peak disk used: "
-                f"**{disk.peak / 1e9:.1f} GB** |")
+        used = disk.peaks.get(p.beside or p.name)
+        used = "" if p.rc is None or used is None else f"{used / 1e9:.1f} GB"
+        rows.append(f"| {p.name} | {p.target} | {p.seconds:.0f} | {status} | {used} | {note} |")
+    rows.append(f"| **whole suite** | | **{total:.0f}** | | **{disk.peak / 1e9:.1f} GB** | |")
     return "\n".join(rows)
 
 
@@ -130,10 +151,10 @@ def full() -> list[tuple[Phase, ...]]:
         (Phase("install: FUSE (Drive stand-in)", "fuse"),),
         (Phase("install: chromium, axe-core (the site's browser checks)", "docs-deps"),),
         *_checks(),
-        (Phase("main lane tests", "test-main-tests"),
-         Phase("install: XLA venv, then build image lanes", "install-xla-and-lanes")),
+        (Phase("main lane tests", "test-main-tests"), Phase("install: XLA venv", "install-xla")),
         (Phase("XLA lane tests", "test-xla"), Phase("Slurm lane tests", "test-slurm")),
-        (Phase("image lanes tests", "test-lanes"),),
+        (Phase("remove the XLA venv (7.6 GB)", "clean-xla"),),
+        (Phase("image lanes: each built, tested, removed", "test-lanes"),),
     ]
 
 
@@ -142,15 +163,17 @@ def quick() -> list[tuple[Phase, ...]]:
             (Phase("quick tests", "test-quick-tests"),)]
 
 
-def measure(steps: list[tuple[Phase, ...]], root: Path = ROOT) -> tuple[bool, str]:
+def measure(steps: list[tuple[Phase, ...]], root: Path = ROOT,
+            usage=shutil.disk_usage) -> tuple[bool, str]:
     """Run `steps` in order, stopping at the first that fails; (all passed, the table)."""
     caches = [Path(os.environ.get("UV_CACHE_DIR", Path.home() / ".cache" / "uv")),
               Path.home() / ".cache" / "pip"]
     started, failed = time.monotonic(), False
-    with DiskPeak([root, Path(tempfile.gettempdir()), *caches]) as disk:
+    with DiskPeak([root, Path(tempfile.gettempdir()), *caches], usage=usage) as disk:
         for step in steps:
             if failed:
                 break
+            disk.during(step[0].name)
             ok = run(step[0], root) if len(step) == 1 else run_beside(*step, root=root)
             failed = not ok
     total = time.monotonic() - started

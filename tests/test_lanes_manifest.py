@@ -64,3 +64,83 @@ def test_a_pyenv_python_is_found_and_checked(tmp_path):
     broken.chmod(0o755)  # a pyenv shim of an inactive version is like this: it does not run
     with pytest.raises(lanes.LaneError):
         lanes.find_python("3.98", environ=env)
+
+
+class FakeLanes:
+    """build / check / remove for lanes.run, on marker folders: what is on disk, and when."""
+
+    def __init__(self, root, fail=(), broken=()):
+        self.root, self.fail, self.broken = root, set(fail), set(broken)
+        self.most, self.events, self.lock = 0, [], __import__("threading").Lock()
+
+    def on_disk(self):
+        return sorted(p.name for p in self.root.iterdir())
+
+    def build(self, name, image):
+        if name in self.broken:
+            raise lanes.LaneError(f"no Python {image['python']} here")
+        (self.root / name).mkdir()
+        with self.lock:
+            self.most = max(self.most, len(set(self.on_disk()) - self.fail))  # a failed one stays
+            self.events.append(("built", name))
+        return 1.0
+
+    def check(self, name, log):
+        assert (self.root / name).is_dir()  # tested in the lane just built
+        __import__("time").sleep(0.05)
+        with self.lock:
+            self.events.append(("tested", name))
+        return 1 if name in self.fail else 0
+
+    def remove(self, name):
+        (self.root / name).rmdir()
+        with self.lock:
+            self.events.append(("removed", name))
+
+
+def test_run_builds_each_lane_just_before_its_tests_and_removes_it_after(tmp_path, monkeypatch,
+                                                                         capsys):
+    """Five lanes, two at a time: never more than two on disk; each built, tested, removed, in
+    that order; a failed lane is kept to look into, and the run fails naming it."""
+    monkeypatch.setattr(lanes, "LANES", tmp_path / "lanes")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    known = lanes.images()
+    names = lanes.longest_first(list(known), known)
+    fake = FakeLanes(disk, fail={"colab_gpu"})
+    rc = lanes.run(names, known, jobs=2, build=fake.build, check=fake.check, remove=fake.remove)
+    assert rc == 1
+    assert fake.most == 2 and fake.on_disk() == ["colab_gpu"]
+    for name in names:
+        steps = [e for e, n in fake.events if n == name]
+        assert steps == (["built", "tested"] if name == "colab_gpu" else
+                         ["built", "tested", "removed"])
+    built = [n for e, n in fake.events if e == "built"]
+    assert set(built[:2]) == set(names[:2])  # the two longest start first
+    out = capsys.readouterr().out
+    assert "lanes: 4 passed, 1 failed (colab_gpu: kept in" in out
+    assert "===== lane kaggle_tpu: exit 0 after" in out and ", removed =====" in out
+
+
+def test_a_lane_that_cannot_be_built_fails_with_its_reason_and_the_others_run(tmp_path,
+                                                                              monkeypatch, capsys):
+    monkeypatch.setattr(lanes, "LANES", tmp_path / "lanes")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    known = lanes.images()
+    fake = FakeLanes(disk, broken={"kaggle_gpu"})
+    rc = lanes.run(["kaggle_gpu", "sagemaker_distribution"], known, jobs=1, build=fake.build,
+                   check=fake.check, remove=fake.remove)
+    out = capsys.readouterr().out
+    assert rc == 1 and "lane kaggle_gpu: the build failed: no Python 3.12 here" in out
+    assert ("removed", "sagemaker_distribution") in fake.events and fake.on_disk() == []
+
+
+def test_test_runs_the_lanes_there_are_and_keeps_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(lanes, "LANES", tmp_path / "lanes")
+    disk = tmp_path / "disk"
+    (disk / "colab_gpu").mkdir(parents=True)
+    fake = FakeLanes(disk)
+    assert lanes.run(["colab_gpu"], lanes.images(), fresh=False, keep=True, build=fake.build,
+                     check=fake.check, remove=fake.remove) == 0
+    assert fake.events == [("tested", "colab_gpu")] and fake.on_disk() == ["colab_gpu"]

@@ -50,9 +50,27 @@ def test_the_disk_peak_is_the_largest_rise_seen_on_each_file_system(tmp_path):
             self.used = next(used)
 
     disk = suite.DiskPeak([tmp_path], every=3600, usage=Usage)
+    disk.during("lanes")
     disk.sample()
-    disk.sample()
-    assert disk.peak == 3e9
+    assert disk.peak == 3e9 and disk.peaks == {"": 3e9, "lanes": 0}
+
+
+def test_the_table_gives_each_step_its_own_peak_disk(tmp_path):
+    """A step that writes a file and removes it shows that rise on its row, the step before it
+    none, the whole suite's line the largest (a stand-in file system where the 40 MB file
+    weighs 4 GB, so that it shows at the table's 0.1 GB)."""
+    (tmp_path / "Makefile").write_text(MAKEFILE)
+
+    class Usage:
+        def __init__(self, _):
+            self.used = 1e9 + 100 * sum(p.stat().st_size for p in tmp_path.glob("*.bin"))
+
+    steps = [(suite.Phase("quiet", "ok"),), (suite.Phase("writer", "write"),)]
+    ok, text = suite.measure(steps, root=tmp_path, usage=Usage)
+    assert ok, text
+    assert re.search(r"\| quiet \| ok \| \d+ \| 0 \| 0.0 GB \|", text), text
+    assert re.search(r"\| writer \| write \| \d+ \| 0 \| 4.0 GB \|", text), text
+    assert "| **4.0 GB** |" in text, text
 
 
 def test_make_bench_keeps_the_suites_figures(tmp_path):
