@@ -130,7 +130,11 @@ def fake_colab(tmp_path, monkeypatch):
     monkeypatch.setenv("TA_COLAB_DRIVE", str(tmp_path / "drive"))
     monkeypatch.setenv("TA_COLAB_CONTENT", str(tmp_path / "content"))
     monkeypatch.setenv("TA_FAKE_COLAB_LOG", str(tmp_path))
-    return tmp_path
+    yield tmp_path
+    # What the test imported from the fakes goes too: a `google.colab` left in sys.modules makes
+    # every later test of this process detect Colab (lib.platforms.detect_runtime).
+    for name in [m for m in sys.modules if m == "google" or m.startswith("google.")]:
+        del sys.modules[name]
 
 
 def _calls(folder):
