@@ -79,7 +79,8 @@ lock: install
 # (libfuse3 and fusermount3) and /dev/fuse. Installed here when missing (CI runs as root).
 fuse:
 	@if command -v fusermount3 >/dev/null && ldconfig -p | grep -q libfuse3; then :; else \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3; fi
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 && \
+	  apt-get clean; fi
 	@test -e /dev/fuse || { echo "make fuse: /dev/fuse is missing: the Drive stand-in needs \
 	a machine (or container) with FUSE (docker run --device /dev/fuse --cap-add SYS_ADMIN)"; \
 	exit 1; }
@@ -141,7 +142,8 @@ lanes: install
 
 # Each lane built from nothing (a lane holds the image's pins and nothing else, so the
 # bootstrap's installs are tested on every run), its notebooks run in order in one pytest, then
-# removed (5-7 GB each; a failed one is kept): JOBS lanes at a time, so at most JOBS on disk.
+# removed (5-7 GB each; a failed one is kept) with what only it used of the lanes' shared uv
+# cache: JOBS lanes at a time, so at most JOBS on disk, their common CUDA libraries once.
 test-lanes: install
 	TA_LANES_DIR=$(LANES_DIR) OMP_NUM_THREADS=1 JOBS=$(JOBS) $(PY) -m tests.lanes run
 
@@ -165,7 +167,7 @@ docs: install
 
 docs-deps:
 	@command -v chromium >/dev/null || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || { echo "make \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium && apt-get clean; } || { echo "make \
 	docs-deps: chromium is missing and could not be installed here: apt-get install chromium"; \
 	exit 1; }
 	cd docs && npm ci --no-audit --no-fund --silent

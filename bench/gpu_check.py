@@ -27,6 +27,7 @@ import datetime
 import json
 import math
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -174,7 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         ctx = parts.make_ctx("cpu" if args.dry_run else "cuda", scratch, args.dry_run)
         for name in names:
             start = time.perf_counter()
+            before = set(scratch.iterdir()) if scratch.exists() else set()
             part = run_part(name, ctx, args.workloads)
+            # The part's run folders (a ResNet-18 checkpoint is 90 MB) go once its rows are
+            # written; the sample data (scratch/data) stays for the next part.
+            for folder in (set(scratch.iterdir()) if scratch.exists() else set()) - before:
+                if folder.name != "data":
+                    shutil.rmtree(folder, ignore_errors=True)
             part.update(command=results["environment"]["command"],
                         seconds=time.perf_counter() - start, dry_run=args.dry_run)
             results["parts"][name] = part

@@ -3,7 +3,7 @@
 
 1. Run each workload's `local` notebook once with papermill, on the CPU, SMOKE on the offline
    sample (SAMPLE_DATA, EPOCHS 2), into docs/_build/executed/ (run folders and sample data under
-   docs/_build/runs/, made afresh each build).
+   docs/_build/runs/, made afresh for each notebook and removed once it ran).
 2. Stage docs/ into docs/_build/src with the generated pages: the gallery (a card per workload,
    its thumbnail the executed notebook's own first figure), one page per workload (that
    notebook as executed, under a banner saying so, below a platform switcher whose tabs come
@@ -74,6 +74,9 @@ def _execute(workload: str, executed: Path, runs: Path) -> tuple[str, float]:
     papermill.execute_notebook(str(notebook), str(executed / f"{workload}.ipynb"),
                                parameters=params, cwd=str(notebook.parent),
                                progress_bar=False, kernel_name="python3")
+    # The page shows the executed notebook (its figures are in it); the run folder and sample
+    # data behind it (ResNet-18 checkpoints: 0.8 GB for the four) are not kept.
+    shutil.rmtree(runs / workload, ignore_errors=True)
     return workload, time.monotonic() - start
 
 

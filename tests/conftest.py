@@ -1,6 +1,7 @@
 """Collection rules shared by every test module."""
 
 import importlib.util
+import shutil
 import sys
 
 import pytest
@@ -25,3 +26,21 @@ def _no_platform_left_behind():
         pytest.fail(f"this test left the runtime detected as {after!r} (was {before!r}): "
                     f"modules {left}, or a platform's variable in os.environ; undo it in teardown "
                     "(monkeypatch, or del sys.modules[...])", pytrace=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_folders_go_with_it(request, tmp_path_factory):
+    """The folders a module's fixtures made (tmp_path_factory.mktemp: trained runs, sample data,
+    a served clone; up to 1.7 GB each) are removed when the module ends, not when the worker's
+    whole session does: a passed test's tmp_path already goes as it ends (pyproject's
+    tmp_path_retention_policy), and so, now, does a finished module's. A module with a failure
+    keeps everything, to look into. (Whole modules run on one worker: `--dist loadscope`.)"""
+    base = tmp_path_factory.getbasetemp()
+    before, failed = set(base.iterdir()), request.session.testsfailed
+    yield
+    if request.session.testsfailed == failed:
+        for path in set(base.iterdir()) - before:
+            if path.is_symlink() or not path.is_dir():
+                path.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(path, ignore_errors=True)

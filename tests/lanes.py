@@ -12,12 +12,15 @@ bootstrap installs, so the bootstrap's install list is tested too. A kernelspec 
 lets papermill, run from the project's own environment, start the notebook's kernel in the
 lane (tests/test_image_lanes.py).
 
-Disk: each image brings its own CUDA torch stack (5-7 GB unpacked). A lane is built from
-nothing into its folder through a uv cache inside it, removed once built (uv links its files
-into the venv, so the venv holds the only copy), and `run` (`make test-lanes`) removes each
-lane as soon as its tests pass: at most JOBS lanes are ever on disk. A download is seconds
-(23 s for a 7 GB lane here), so nothing is kept for the next run; a failed lane is kept, to
-look into, as pytest keeps a failed test's folder (`--keep` keeps every one).
+Disk: each image brings its own CUDA torch stack (5-7 GB unpacked), and `run` (`make
+test-lanes`) builds each lane just before its tests and removes it after them, so at most JOBS
+lanes are on disk. They share one uv cache (.lanes/.uv-cache) whose files uv links into each
+lane: CUDA libraries of the same version (cuDNN, cuBLAS, ... of torch 2.8, 2.9 and 2.10) are on
+disk once however many lanes hold them (torch 2.8's lane and torch 2.10's: 9.5 GB together,
+13.6 GB apart). When a lane is removed, so is every cache entry no other lane links to
+(`collect`): the cache holds only what the lanes on disk use, and a download is seconds (23 s
+for a 7 GB lane here). A failed lane is kept, to look into, as pytest keeps a failed test's
+folder (`--keep` keeps every one).
 
 The bootstrap installs what an image lacks at the versions of requirements/images/<image>.txt,
 the image's bootstrap lock: what its requirements resolve to beside the image's pins, less what
@@ -118,12 +121,10 @@ def build(name: str, image: dict) -> float:
     # --seed: pip is in the lane as in the images, and the bootstrap installs with it.
     subprocess.run([_uv(), "venv", "--quiet", "--seed", "--python", str(python), str(dest)],
                    env=env, check=True)
-    # A cache of its own, in the lane, gone once installed: the venv's files are uv's links to
-    # it, so the lane holds the one copy and removing the lane frees all of it.
-    cache = dest / ".uv-cache"
-    subprocess.run([_uv(), "pip", "install", "--quiet", "--cache-dir", str(cache), "--python",
-                    str(lane_python(name)), *requirements(image)], env=env, check=True)
-    shutil.rmtree(cache)
+    with CACHE_LOCK:  # not while `collect` removes what no lane links to yet
+        subprocess.run([_uv(), "pip", "install", "--quiet", "--cache-dir", str(cache_dir()),
+                        "--python", str(lane_python(name)), *requirements(image)], env=env,
+                       check=True)
     spec = jupyter_path() / "kernels" / kernel_name(name) / "kernel.json"
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(json.dumps({
@@ -133,10 +134,37 @@ def build(name: str, image: dict) -> float:
     return time.monotonic() - start
 
 
+def cache_dir() -> Path:
+    """uv's cache for the lanes: the lanes' files are links to its files."""
+    return LANES / ".uv-cache"
+
+
+CACHE_LOCK = threading.Lock()
+
+
+def collect(cache: Path | None = None) -> int:
+    """Remove each unpacked wheel of uv's cache that no lane links to (no file of it has a
+    second link); return the bytes freed. uv unpacks a wheel once into archive-v0/<id> and
+    links its files into each venv; an entry removed here is downloaded again by the next
+    install that needs it."""
+    archive, freed = (cache or cache_dir()) / "archive-v0", 0
+    with CACHE_LOCK:
+        for entry in archive.iterdir() if archive.is_dir() else []:
+            if entry.is_symlink() or not entry.is_dir():
+                continue
+            files = [f for f in entry.rglob("*") if f.is_file() and not f.is_symlink()]
+            if all(f.stat().st_nlink == 1 for f in files):
+                freed += sum(f.stat().st_size for f in files)
+                shutil.rmtree(entry, ignore_errors=True)
+    return freed
+
+
 def remove(name: str) -> None:
-    """The lane of image `name` and its kernelspec, gone (nothing if it is not there)."""
+    """The lane of image `name` and its kernelspec gone (nothing if it is not there), and every
+    cache entry only it used."""
     shutil.rmtree(lane_dir(name), ignore_errors=True)
     shutil.rmtree(jupyter_path() / "kernels" / kernel_name(name), ignore_errors=True)
+    collect()
 
 
 def resolve(requirements: list[str], python: str) -> dict[str, str]:

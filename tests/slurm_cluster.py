@@ -98,7 +98,8 @@ def ensure_installed() -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update", "-qq"],
                 ["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                 "slurm-wlm", "munge"]):
+                 "slurm-wlm", "munge"],
+                ["apt-get", "clean"]):  # the downloaded .debs: not needed once installed
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]

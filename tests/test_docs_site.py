@@ -43,7 +43,7 @@ SEARCH_WORD = "Adadelta"  # in the Fashion-MNIST notebook's introduction and cod
 pytestmark = pytest.mark.notebook  # the build runs every workload's notebook
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def site(tmp_path_factory, worker_id):
     """The built site (its build folder), built once however many workers share the session."""
     base = tmp_path_factory.getbasetemp()
@@ -88,6 +88,8 @@ def test_each_workload_page_shows_this_builds_run(site):
         assert figures and all(f in images.values() for f in figures), w
         assert images[f"{w}-thumb.png"] in figures, f"{w}: its thumbnail is not its own figure"
         assert executed.metadata["papermill"]["parameters"]["SMOKE"] is True
+    # the run folders behind the pages (checkpoints, sample data) are not kept
+    assert not any((site / "runs").glob("*/*")), sorted((site / "runs").glob("*/*"))
 
 
 def test_internal_links_resolve(site):
@@ -179,7 +181,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def served(site):
     handler = functools.partial(_Quiet, directory=str(site / "html"))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -188,7 +190,7 @@ def served(site):
     server.shutdown()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     _need_browser_deps()
     from playwright.sync_api import sync_playwright

@@ -20,11 +20,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gpu-check")
+    out, scratch = tmp_path_factory.mktemp("gpu-check"), tmp_path_factory.mktemp("scratch")
     code = gpu_check.main(["--out", str(out), "--part", "all", "--dry-run",
-                           "--scratch", str(tmp_path_factory.mktemp("scratch"))])
+                           "--scratch", str(scratch)])
     return code, json.loads((out / "gpu_check.json").read_text()), \
-        (out / "gpu_check.md").read_text()
+        (out / "gpu_check.md").read_text(), sorted(p.name for p in scratch.iterdir())
 
 
 def _rows(results, part, title):
@@ -33,9 +33,10 @@ def _rows(results, part, title):
 
 
 def test_every_part_runs_and_passes_on_the_cpu(dry_run):
-    code, results, _ = dry_run
+    code, results, _, left = dry_run
     assert gpu_check.failures(results) == []
     assert code == 0
+    assert left == ["data"]  # each part's run folders went once its rows were written
     assert set(results["parts"]) == set(gpu_check.ORDER)
     for part in results["parts"].values():
         for section in part["sections"]:
@@ -44,7 +45,7 @@ def test_every_part_runs_and_passes_on_the_cpu(dry_run):
 
 
 def test_the_output_says_it_is_a_dry_run_and_claims_no_figures(dry_run):
-    _, results, md = dry_run
+    _, results, md, _ = dry_run
     assert results["environment"]["dry_run"] is True
     assert gpu_check.DRY_NOTE in md and "NO figure" in md
     for name in gpu_check.ORDER:
@@ -52,7 +53,7 @@ def test_the_output_says_it_is_a_dry_run_and_claims_no_figures(dry_run):
 
 
 def test_every_workload_trains_through_the_notebook_calls_at_both_settings(dry_run):
-    _, results, _ = dry_run
+    _, results, _, _ = dry_run
     rows = _rows(results, "quick", "precision: first steps vs fp32")
     assert {(r["workload"], r["setting"]) for r in rows} == {
         (w, s) for w in gpu_check.WORKLOADS for s in ("fp32", "native", "fp16")}
@@ -64,7 +65,7 @@ def test_every_workload_trains_through_the_notebook_calls_at_both_settings(dry_r
 
 
 def test_a_killed_run_resumes_mid_epoch_to_the_uninterrupted_weights(dry_run):
-    _, results, _ = dry_run
+    _, results, _, _ = dry_run
     (row,) = _rows(results, "quick", "kill mid-epoch and resume")
     assert row["killed_returncode"] == -9  # SIGKILL through lib.faults
     assert row["resumed_steps"] == row["expected_steps"] < row["steps"]
@@ -72,7 +73,7 @@ def test_a_killed_run_resumes_mid_epoch_to_the_uninterrupted_weights(dry_run):
 
 
 def test_mamba_figures_come_from_every_scan_and_the_frontend(dry_run):
-    _, results, _ = dry_run
+    _, results, _, _ = dry_run
     (scan,) = _rows(results, "mamba", "Mamba-Spike scans")
     for name in ("parallel (ours)", "loop_unbind", "loop_indexed", "mambapy"):
         assert isinstance(scan[f"{name} ms"], float)

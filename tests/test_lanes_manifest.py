@@ -1,5 +1,7 @@
 """images.toml and the lane builder, without building a lane (test_image_lanes.py runs them)."""
 
+import os
+
 import pytest
 
 from lib.bootstrap import REQUIREMENTS
@@ -144,3 +146,24 @@ def test_test_runs_the_lanes_there_are_and_keeps_them(tmp_path, monkeypatch):
     assert lanes.run(["colab_gpu"], lanes.images(), fresh=False, keep=True, build=fake.build,
                      check=fake.check, remove=fake.remove) == 0
     assert fake.events == [("tested", "colab_gpu")] and fake.on_disk() == ["colab_gpu"]
+
+
+def test_collect_removes_the_cache_entries_no_lane_links_to(tmp_path):
+    """uv unpacks each wheel once into archive-v0/<id> and links its files into the lanes: an
+    entry with a file still linked from a lane stays, whole; one linked from none goes."""
+    archive = tmp_path / "cache" / "archive-v0"
+    used, unused = archive / "used" / "torch", archive / "unused" / "nvidia"
+    for folder in (used, unused):
+        folder.mkdir(parents=True)
+        (folder / "lib.so").write_bytes(b"x" * 1000)
+        (folder / "RECORD").write_text("never linked")
+    lane = tmp_path / "lane" / "site-packages"
+    lane.mkdir(parents=True)
+    os.link(used / "lib.so", lane / "lib.so")
+    assert lanes.collect(tmp_path / "cache") == 1000 + len("never linked")
+    assert sorted(p.name for p in archive.iterdir()) == ["used"]
+    assert (used / "RECORD").exists()  # an entry in use is kept whole
+    (lane / "lib.so").unlink()  # the lane removed: its entry goes next time
+    lanes.collect(tmp_path / "cache")
+    assert list(archive.iterdir()) == []
+    assert lanes.collect(tmp_path / "nothing-here") == 0

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOISE = ("WARNING", "Bypassing", "submitit", "Traceback", "DeprecationWarning")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     """'cluster' with SLURM_CONF set, or 'local' (the reason printed) where none can start."""
     mode = os.environ.get("TA_SLURM")
