@@ -244,7 +244,7 @@ def run(names: list[str], known: dict[str, dict], jobs: int = 2, fresh: bool = T
         if fresh:
             try:
                 seconds = build(name, known[name])
-            except (LaneError, subprocess.CalledProcessError) as err:
+            except Exception as err:  # a full disk too: the lane fails, and says why
                 log.write_text(f"lane {name}: the build failed: {err}\n")
                 return 1
             with log.open("a") as out:
