@@ -175,11 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         ctx = parts.make_ctx("cpu" if args.dry_run else "cuda", scratch, args.dry_run)
         for name in names:
             start = time.perf_counter()
-            before = set(scratch.iterdir()) if scratch.exists() else set()
+            before = set(scratch.glob("*"))
             part = run_part(name, ctx, args.workloads)
             # The part's run folders (a ResNet-18 checkpoint is 90 MB) go once its rows are
             # written; the sample data (scratch/data) stays for the next part.
-            for folder in (set(scratch.iterdir()) if scratch.exists() else set()) - before:
+            for folder in set(scratch.glob("*")) - before:
                 if folder.name != "data":
                     shutil.rmtree(folder, ignore_errors=True)
             part.update(command=results["environment"]["command"],

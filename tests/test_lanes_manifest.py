@@ -1,6 +1,8 @@
 """images.toml and the lane builder, without building a lane (test_image_lanes.py runs them)."""
 
 import os
+import threading
+import time
 
 import pytest
 
@@ -73,7 +75,7 @@ class FakeLanes:
 
     def __init__(self, root, fail=(), broken=()):
         self.root, self.fail, self.broken = root, set(fail), set(broken)
-        self.most, self.events, self.lock = 0, [], __import__("threading").Lock()
+        self.most, self.events, self.lock = 0, [], threading.Lock()
 
     def on_disk(self):
         return sorted(p.name for p in self.root.iterdir())
@@ -89,7 +91,7 @@ class FakeLanes:
 
     def check(self, name, log):
         assert (self.root / name).is_dir()  # tested in the lane just built
-        __import__("time").sleep(0.05)
+        time.sleep(0.05)
         with self.lock:
             self.events.append(("tested", name))
         return 1 if name in self.fail else 0
