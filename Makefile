@@ -96,7 +96,7 @@ lint: install
 
 demo: install
 	$(PY) build_notebooks.py
-	$(PY) -m lib.demo
+	$(PY) -m lib.cli.demo
 
 # The whole suite, measured (tests/suite.py): installs, lint, --check, the main lane (the XLA
 # venv and the image lanes are built beside it: downloads and unpacking, not computing), the

@@ -39,7 +39,7 @@ except ImportError:  # run with a bare python: use the project's environment if 
 
 import lib  # noqa: E402
 from lib import workloads as contract  # noqa: E402
-from lib.platforms import KAGGLE_ROOT_ENV, PLATFORMS, Platform  # noqa: E402
+from lib.runtime.platforms import KAGGLE_ROOT_ENV, PLATFORMS, Platform  # noqa: E402
 
 SRC, OUT = ROOT / "notebooks_src", ROOT / "notebooks"
 BADGES = ("<!-- badges:start -->", "<!-- badges:end -->")
@@ -52,11 +52,11 @@ KAGGLE_SHAPES = {
     "kaggle_t4x2": ("NvidiaTeslaT4", "nvidiaTeslaT4"),
     "kaggle_tpu": ("TpuV5E8", "tpuV5e8"),
 }
-# Where the bootstrap clones on Kaggle, before `lib` can be imported: lib.platforms.storage
+# Where the bootstrap clones on Kaggle, before `lib` can be imported: lib.runtime.platforms.storage
 # ("kaggle").scratch, relative to the Kaggle root (tests/test_builder.py holds them equal).
 KAGGLE_CLONE = {"kaggle_root_env": KAGGLE_ROOT_ENV, "kaggle_scratch": "temp/train-anywhere"}
 COLAB_GPU = {"colab_t4": ("GPU", "T4"), "colab_tpu": ("TPU", "V5E1")}
-# The other clouds' badges (lib/clouds.py). Studio Lab: the GitHub blob URL under
+# The other clouds' badges (lib/runtime/clouds.py). Studio Lab: the GitHub blob URL under
 # /import/github/ (aws/studio-lab-examples: open-in-studio-lab/README.md); Paperspace:
 # "Run on Gradient", github.com -> console.paperspace.com/github (docs.digitalocean.com/
 # products/paperspace/notebooks/how-to/add-run-on-gradient/). Paid SageMaker has none: its

@@ -5,7 +5,8 @@ repository root (one process, CPU, one thread), or ``python -m bench.bench_compi
 cuda`` on a GPU runtime (Colab T4: the run's precision, fp16 with a GradScaler or bf16, and
 the platform's batch sizes). For each workload, two copies of the same model (same weights,
 optimizer, batch): one eager, one compiled in place with `nn.Module.compile()` (what
-`lib.compile` does), each stepped as `lib.train.Backend` steps a run (autocast, scaler). The
+`lib.runtime.compile` does), each stepped as `lib.training.loop.Backend` steps a run (autocast,
+scaler). The
 compiled copy's first step (tracing and code generation) is timed apart; then `repeats`
 rounds of `steps` steps each, eager and compiled in rotating order, and the speed-up is the
 median of the per-round ratios of steps/s. The loss of the first step of both copies is
@@ -24,9 +25,9 @@ import torch.nn.functional as F
 
 from bench.bench_gpu import _platform_for, _sync
 from bench.common import load_average, median, workload_batch
-from lib import compile
-from lib.device import DeviceChoice, choose_device
-from lib.train import Backend
+from lib.runtime import compile
+from lib.runtime.device import DeviceChoice, choose_device
+from lib.training.loop import Backend
 
 WORKLOADS = ("fashion_mnist", "cifar10", "mshnet", "mamba_spike")
 PLATFORM_KEY = {"cifar10": "optimizer_study"}  # the platform tables' name, where it differs

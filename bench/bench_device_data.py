@@ -35,8 +35,8 @@ from lib.data.cifar import STATS
 from lib.data.cifar import build_datasets as build_cifar_datasets
 from lib.data.common import make_loader
 from lib.data.on_device import Augment, DeviceLoader, images_and_labels
-from lib.device import Probe, choose_device
-from lib.platforms import get_platform
+from lib.runtime.device import Probe, choose_device
+from lib.runtime.platforms import get_platform
 
 CPU = choose_device("cpu", get_platform("colab_t4"), Probe(), environ={})
 LAUNCH_US = 5.0  # a CUDA kernel launch on the host, order of magnitude (estimate)

@@ -8,7 +8,7 @@ Adadelta 14 MB, MSHNet with Adagrad 33 MB, ResNet-18 with SGD 89 MB), random byt
 state dict. "Drive" is tests/drive_fuse.py at its defaults (20 ms an operation, 32 MB/s).
 - save, direct (before issue 24): `atomic_save` into the run folder on the mount, best.pt
   beside it, the oldest checkpoint removed;
-- save, staged: `Checkpoints` with a scratch stage (lib/durable.py): written on local disk,
+- save, staged: `Checkpoints` with a scratch stage (lib/base/durable.py): written on local disk,
   copied to the mount, best.pt copied, markers last;
 - resume: `Checkpoints.latest()`, which reads the file once and checks its marker's SHA-256.
 The median of 3 saves each. Numbers vary with the machine's load (printed).
@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from bench.common import load_average, markdown_table, median
-from lib import atomic
-from lib.checkpoint import Checkpoints, atomic_save
+from lib.base import atomic
+from lib.runs.checkpoints import Checkpoints, atomic_save
 from tests.drive_fuse import mounted
 
 SIZES_MB = {"fashion_mnist (CNN, Adadelta)": 14, "mshnet (Adagrad)": 33,

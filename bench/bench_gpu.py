@@ -34,7 +34,7 @@ class StepCase:
     """A workload's model, synthetic batch maker, loss and optimiser, and its batch key."""
 
     name: str
-    key: str  # the workload name in lib.platforms' batch-size tables
+    key: str  # the workload name in lib.runtime.platforms' batch-size tables
     model: Callable[[], torch.nn.Module]
     batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
     loss: Callable
@@ -136,14 +136,14 @@ def measure_step(case: StepCase, batch: int, device: torch.device,
 
 
 def _platform_for(gpu_name: str):
-    from lib.platforms import get_platform
+    from lib.runtime.platforms import get_platform
 
     return get_platform("kaggle_p100" if "P100" in gpu_name else "colab_t4")
 
 
 def run(steps: int = 10, cases: list[StepCase] | None = None) -> dict:
     """GPU rows when CUDA exists; otherwise the status and FLOPs per step (T4 batch sizes)."""
-    from lib.device import choose_device
+    from lib.runtime.device import choose_device
 
     cases = cases or _cases()
     if not torch.cuda.is_available():

@@ -31,10 +31,10 @@ from torch.utils.data import DataLoader
 from bench.common import FIGURES, captured, markdown_table, median, save_figure, timed
 from lib.data import fashion
 from lib.data.common import make_loader
-from lib.device import DeviceChoice, choose_device, probe
-from lib.platforms import get_platform
-from lib.run import Run
-from lib.train import fit
+from lib.runs.folder import RunFolder
+from lib.runtime.device import DeviceChoice, choose_device, probe
+from lib.runtime.platforms import get_platform
+from lib.training.loop import fit
 from lib.workloads.fashion_mnist import FashionConfig, build_task
 
 BATCH, STEPS, SEED = 128, 468, 1  # a real epoch: 60,000 // 128 steps
@@ -94,7 +94,7 @@ def lib_fit(train_set, test_set, batch: int, epochs: int, seed: int, choice: Dev
     def go():
         train = make_loader(train_set, batch, choice, train=True, seed=seed)
         test = make_loader(test_set, batch, choice, train=False, seed=seed)
-        run = Run(out_dir, cfg.WORKLOAD, model_cfg, session_hours=12.0)
+        run = RunFolder(out_dir, cfg.WORKLOAD, model_cfg, session_hours=12.0)
         history = fit(task, train, test, choice, run, epochs)
         run.close()
         return history[-1]["test_accuracy"]

@@ -7,7 +7,7 @@ For each workload's training loader, on its offline sample, the epochs after the
 run twice: with what the loader reads each epoch on local disk, and on the Drive stand-in
 (tests/drive_fuse.py: FUSE, 20 ms a metadata operation, 32 MB/s, the published Colab values
 it cites). Opens are counted with `sys.addaudithook` on "open" in the loader's process and
-its two workers (`lib.data.opens`; h5py's C-level opens raise the same event here).
+its two workers (`bench.opens`; h5py's C-level opens raise the same event here).
 
 - before: mamba_spike reads tonic's one-HDF5-file-per-recording cache (the layout before
   `lib.data.packed`); mshnet reads each image and mask file every epoch.
@@ -30,15 +30,16 @@ from pathlib import Path
 
 import torch
 
+from bench import opens
 from bench.common import captured, markdown_table, median
 from lib.data import cifar as cifar_data
-from lib.data import events, fashion, irstd, opens
+from lib.data import events, fashion, irstd
 from lib.data.common import make_loader
 from lib.data.on_device import Augment, DeviceLoader, images_and_labels
 from tests.drive_fuse import mounted
 
 OPENS_BUDGET, RATIO_BUDGET = 16, 1.25
-WORKERS = 2  # Colab's and Kaggle's DataLoader workers (lib/platforms.py)
+WORKERS = 2  # Colab's and Kaggle's DataLoader workers (lib/runtime/platforms.py)
 
 
 class _Choice:

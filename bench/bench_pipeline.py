@@ -46,7 +46,7 @@ def _fashion(folder: Path):
 def _cifar(folder: Path):
     from lib.data.cifar import build_datasets as cifar_datasets
     from lib.models.resnet import CifarResNet18
-    from lib.optim import make_optimizer
+    from lib.training.optim import make_optimizer
 
     train, _, _ = cifar_datasets("cifar10", folder, sample=True)
     model = CifarResNet18()

@@ -15,7 +15,7 @@ import torch
 from scipy import ndimage
 
 from lib.losses.sls import SLSLoss
-from lib.metrics_seg import IoUMetric, PdFaMetric
+from lib.training.metrics_seg import IoUMetric, PdFaMetric
 
 # ---------------------------------------------------------------- per-sample references
 

@@ -27,8 +27,8 @@ NO_XLA = "not measured: no XLA environment (create it with `make install-xla`)"
 
 
 def _choices() -> list[tuple[str, object]]:
-    from lib.device import Precision, Probe, choose_device
-    from lib.platforms import get_platform
+    from lib.runtime.device import Precision, Probe, choose_device
+    from lib.runtime.platforms import get_platform
 
     cpu = choose_device("cpu", get_platform("colab_tpu"), Probe(), environ={})
     xla = choose_device("xla", get_platform("colab_tpu"), Probe(xla_installed=True), environ={})
@@ -42,8 +42,8 @@ def _fit_history(choice, root: Path, out: Path, batch: int, epochs: int) -> list
 
     from lib.data import fashion
     from lib.data.common import make_loader
-    from lib.run import Run
-    from lib.train import fit
+    from lib.runs.folder import RunFolder
+    from lib.training.loop import fit
     from lib.workloads.fashion_mnist import FashionConfig, build_task
 
     torch.manual_seed(0)
@@ -51,7 +51,7 @@ def _fit_history(choice, root: Path, out: Path, batch: int, epochs: int) -> list
     task, model_cfg = build_task(cfg, choice.torch_device)
     train = make_loader(fashion.load(root, True, False), batch, choice, train=True, seed=0)
     test = make_loader(fashion.load(root, False, False), batch, choice, train=False, seed=0)
-    run = Run(out, cfg.WORKLOAD, model_cfg, tensorboard=False, progress=False)
+    run = RunFolder(out, cfg.WORKLOAD, model_cfg, tensorboard=False, progress=False)
     return fit(task, train, test, choice, run, epochs)
 
 
@@ -70,8 +70,8 @@ def _row(label: str, history: list[dict], batch: int, compiles_before: int) -> d
 def run(steps: int = 10, batch: int = 32, epochs: int = 3) -> dict:
     """Rows (variant, steps/s in epoch 1 and steady, compilations) and ratios to eager CPU."""
     os.environ.setdefault("PJRT_DEVICE", "CPU")
-    from lib import xla
     from lib.data import fashion
+    from lib.runtime import xla
 
     # The device first: the autograd engine sizes its device queues at the first backward,
     # and an XLA backward after an eager one fails an internal assert otherwise.
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")
     parser.add_argument("--json", action="store_true", help="print one JSON line last")
     args = parser.parse_args(argv)
-    from lib import xla
+    from lib.runtime import xla
 
     if not xla.installed():
         sys.exit(f"bench.bench_xla needs torch_xla: run it with {XLA_PYTHON} "

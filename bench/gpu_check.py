@@ -8,7 +8,7 @@
 For fashion_mnist, optimizer_study, mamba_spike and mshnet, on the workload's real model and
 the offline sample data (synthetic tensors of the real shapes where the loader is not the
 point), through the calls the notebooks make (`lib.session`, the workload's `train`,
-`lib.train.fit`): the first steps at fp32 vs the GPU's own precision vs the T4's fp16 +
+`lib.training.loop.fit`): the first steps at fp32 vs the GPU's own precision vs the T4's fp16 +
 GradScaler (tolerances in `bench.gpu_check_parts`); a few hundred steps at both; a run
 SIGKILLed mid-epoch and resumed vs one never killed; checkpoints written on the GPU resumed
 on the CPU and the other way round; eager vs torch.compile; samples/s, peak memory, fraction

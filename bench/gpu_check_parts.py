@@ -181,7 +181,7 @@ def _history(state: dict) -> list[dict]:
 
 
 def kill_resume(workload: str, ctx: Ctx) -> dict:
-    """SIGKILL a run mid-epoch (lib.faults), run it again (it resumes), compare with a run
+    """SIGKILL a run mid-epoch (lib.base.faults), run it again (it resumes), compare with a run
     never killed: weights and metrics, under deterministic algorithms."""
     epochs, per = _plan(workload, ctx, max(4, ctx.precision_steps))
     per = max(per, 2)
@@ -281,7 +281,7 @@ def loader_fed(workload: str, ctx: Ctx) -> dict:
     """Step time with the workload's real loader (sample data, its DataLoader or on-device
     loader, Backend.to_device) vs the same batches already on the device."""
     from bench.bench_compile import _step
-    from lib.train import Backend, _io
+    from lib.training.loop import Backend, _io
 
     s, _ = work.session_for(workload, ctx.root, _fresh(ctx, "loader"), ctx.device, "native", 1,
                             None, ctx.tiny)

@@ -2,13 +2,13 @@
 
 `train_run(...)` builds the workload's config from notebook parameters (the offline sample
 data, the Colab T4 notebook's batch sizes), starts a `lib.session` Session, forces the
-precision asked for ("native": what `lib.device` picks for this GPU; "fp16": the T4's fp16
+precision asked for ("native": what `lib.runtime.device` picks for this GPU; "fp16": the T4's fp16
 autocast + GradScaler; "bf16"; "fp32": autocast off and TF32 off, the reference) and trains
-through the workload's own `train(session)` (`Session.fit` -> `lib.train.fit`), recording
-every step's loss (and GradScaler scale) by wrapping `lib.train.Backend.backward_step`.
+through the workload's own `train(session)` (`Session.fit` -> `lib.training.loop.fit`), recording
+every step's loss (and GradScaler scale) by wrapping `lib.training.loop.Backend.backward_step`.
 
 Run as a module it is the worker that `bench.gpu_check` starts in a subprocess for the
-kill-and-resume and GPU <-> CPU checks (a real SIGKILL through `lib.faults`, a real CPU-only
+kill-and-resume and GPU <-> CPU checks (a real SIGKILL through `lib.base.faults`, a real CPU-only
 process through ``CUDA_VISIBLE_DEVICES=""``); it prints one JSON line.
 """
 
@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from bench.common import captured
-from lib.device import Precision
-from lib.train import Backend
+from lib.runtime.device import Precision
+from lib.training.loop import Backend
 
 WORKLOADS = ("fashion_mnist", "optimizer_study", "mamba_spike", "mshnet")
 PRECISIONS = {"fp32": Precision(None, False), "fp16": Precision(torch.float16, True),
@@ -60,7 +60,7 @@ def config(workload: str, root: Path, run: str, device: str, epochs: int, tiny: 
 
 
 def with_precision(choice, precision: str):
-    """`choice` with the precision asked for ("native" keeps lib.device's)."""
+    """`choice` with the precision asked for ("native" keeps lib.runtime.device's)."""
     if precision == "native":
         return choice
     chosen = PRECISIONS[precision]
@@ -73,7 +73,8 @@ def with_precision(choice, precision: str):
 
 
 def set_tf32(on: bool) -> None:
-    """TF32 matmuls/convolutions (lib.device turns them on for Ampere+ CUDA; off for fp32)."""
+    """TF32 matmuls/convolutions (lib.runtime.device turns them on for Ampere+ CUDA; off for
+    fp32)."""
     torch.backends.cuda.matmul.allow_tf32 = on
     torch.backends.cudnn.allow_tf32 = on
 

@@ -7,7 +7,8 @@
 2. Stage docs/ into docs/_build/src with the generated pages: the gallery (a card per workload,
    its thumbnail the executed notebook's own first figure), one page per workload (that
    notebook as executed, under a banner saying so, below a platform switcher whose tabs come
-   from lib/platforms.py and build_notebooks.py's badges), one page per platform, BENCHMARKS.
+   from lib/runtime/platforms.py and build_notebooks.py's badges), one page per platform,
+   BENCHMARKS.
 3. sphinx-build -W (warnings are errors).
 
     python docs/build.py            # everything (`make docs`)
@@ -38,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 import nbformat  # noqa: E402
 
 import build_notebooks  # noqa: E402
-from lib import platforms as plat  # noqa: E402
 from lib import workloads as contract  # noqa: E402
+from lib.runtime import platforms as plat  # noqa: E402
 
 DOCS = ROOT / "docs"
 BUILD = DOCS / "_build"
@@ -129,8 +130,8 @@ def first_sentence(text: str) -> str:
 
 
 def platform_facts(p: plat.Platform, workload: str | None = None) -> list[tuple[str, str]]:
-    """What differs on `p`, read from its profile, lib.device and its storage roles."""
-    from lib.device import Probe, choose_precision
+    """What differs on `p`, read from its profile, lib.runtime.device and its storage roles."""
+    from lib.runtime.device import Probe, choose_precision
 
     def precision(kind, **probe):
         prec = choose_precision(kind, Probe(**probe))
@@ -305,7 +306,8 @@ def platform_page(p: plat.Platform, cfg: dict) -> str:
 def platforms_index(cfg: dict) -> str:
     lines = ["# Platforms", "",
              "Each platform has its notebook under `notebooks/<platform>/`; all of them run "
-             "the same source and the same library. The table comes from `lib/platforms.py`.",
+             "the same source and the same library. The table comes from "
+             "`lib/runtime/platforms.py`.",
              "", "| platform | device | session limit |", "|---|---|---|"]
     for p in ordered_platforms():
         limit = plat.session_limit_hours(p, p.runtime, environ={})

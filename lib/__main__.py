@@ -1,5 +1,5 @@
-"""`python -m lib` is `train-anywhere`: see lib/cli.py."""
+"""`python -m lib` is `train-anywhere`: see lib/cli/main.py."""
 
-from lib.cli import main
+from lib.cli.main import main
 
 raise SystemExit(main())

@@ -1,6 +1,6 @@
 """What a notebook's generated bootstrap cell calls once the project is on `sys.path`.
 
-On Colab, Kaggle and the other clouds (lib/clouds.py): install only the packages the runtime
+On Colab, Kaggle and the other clouds (lib/runtime/clouds.py): install only the packages the runtime
 lacks (never torch, which the runtime ships and a reinstall would break) and, on Colab, mount
 Drive so checkpoints survive a disconnect. A Python or torch too old for the project stops
 with one line that names the fix on that service (`python_problem`, `torch_problem`).
@@ -20,12 +20,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lib import clouds
-from lib.errors import UserError
+from lib.base.errors import UserError
+from lib.runtime import clouds
 
 # --- Too old for this project: checked first, before a module that needs 3.11 is imported ---
 MIN_PYTHON = (3, 11)  # tomllib, and what the lanes test (pyproject: requires-python)
-# torch.amp.GradScaler(device) (lib/train.py) is the device-generic class of torch >= 2.3
+# torch.amp.GradScaler(device) (lib/training/loop.py) is the device-generic class of torch >= 2.3
 # (the CUDA-only one was deprecated in pytorch/pytorch#126527, 2024-05).
 MIN_TORCH = (2, 3)
 
@@ -56,7 +56,7 @@ def python_problem(version: tuple[int, int], environ=os.environ) -> str | None:
 if problem := python_problem(sys.version_info[:2]):
     raise EnvironmentTooOld(problem)
 
-from lib.platforms import (  # noqa: E402
+from lib.runtime.platforms import (  # noqa: E402
     DRIVE_ENV,
     detect_runtime,
     drive_mounted,
@@ -145,7 +145,7 @@ def install_missing(run=subprocess.run, find_spec=importlib.util.find_spec,
 
 
 def mount_drive() -> Path:
-    """Mount Google Drive (Colab only) where lib.platforms expects it."""
+    """Mount Google Drive (Colab only) where lib.runtime.platforms expects it."""
     from google.colab import drive
 
     root = drive_root()
@@ -259,7 +259,7 @@ def lightning_env_line(environ=os.environ, prefix: str | None = None,
 
 def modal_lines(runtime: str, environ=os.environ, version=importlib.metadata.version) -> list[str]:
     """Modal: the torch its unpinned default image brought (read here, not assumed), and the
-    one line on attaching a Volume when none is (`lib.clouds.advice`)."""
+    one line on attaching a Volume when none is (`lib.runtime.clouds.advice`)."""
     lines = []
     if runtime == "modal":
         try:
@@ -373,7 +373,7 @@ def finish(runtime: str, out_dir: Path | None = None) -> None:
     if runtime == "colab" and drive_mounted():
         from google.colab import drive
 
-        # the one documented push of what DriveFS has not uploaded yet (lib/durable.py)
+        # the one documented push of what DriveFS has not uploaded yet (lib/base/durable.py)
         drive.flush_and_unmount()
         print("Drive flushed and unmounted: every checkpoint and result is on Drive.")
 

@@ -19,8 +19,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from lib.distributed import Dist, from_torchrun, init_ddp, shutdown
-from lib.metrics import read_jsonl
+from lib.runs.records import read_jsonl
+from lib.runtime.distributed import Dist, from_torchrun, init_ddp, shutdown
 from lib.session import Session, start
 
 TrainFn = Callable[[Session], list]
@@ -71,7 +71,7 @@ def launch(train_fn: TrainFn, s: Session, nprocs: int | None = None,
     name = _name(train_fn)
     s.out_dir.mkdir(parents=True, exist_ok=True)
     if s.choice.type == "xla":
-        from lib import xla
+        from lib.runtime import xla
 
         print(f"launching {n} XLA process(es) (torch_xla.launch, fork)")
         xla.launch(_xla_worker, args=(name, _config_spec(s)))
@@ -101,7 +101,7 @@ def _torchrun(name: str, s: Session, n: int) -> None:
 
 
 def _xla_worker(index: int, name: str, spec: dict) -> None:
-    from lib import xla
+    from lib.runtime import xla
 
     dist = Dist(rank=xla.ordinal(), world_size=xla.world_size(), kind="xla")
     _resolve(name)(_session_from_spec(spec, dist))

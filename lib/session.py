@@ -3,7 +3,7 @@
 It detects the runtime once, picks the device (saying in one line what it fell back to and
 why), seeds torch, resolves the data folder, the batch size, how many devices to train on
 and the run folder: OUT_DIR after the RESUME rule, refused before anything is read or
-written when it holds another experiment (`lib.experiment`). Everything downstream reads
+written when it holds another experiment (`lib.runs.identity`). Everything downstream reads
 these from the session, never detects them again.
 
 The experiment decides the batch, not the platform: when BATCH_SIZE is None and the run
@@ -21,14 +21,15 @@ from pathlib import Path
 
 import torch
 
-from lib import clouds, compile, experiment
-from lib.clock import Clock
-from lib.config import ConfigError, RunConfig
 from lib.data.common import make_loader
 from lib.data.on_device import Augment, DeviceLoader, images_and_labels
-from lib.device import DeviceChoice, choose_device
-from lib.distributed import Dist
-from lib.platforms import (
+from lib.runs import identity as experiment
+from lib.runs.folder import RunFolder, check_writable
+from lib.runtime import clouds, compile
+from lib.runtime.clock import Clock
+from lib.runtime.device import DeviceChoice, choose_device
+from lib.runtime.distributed import Dist
+from lib.runtime.platforms import (
     SESSION_STARTED_ENV,
     Platform,
     Storage,
@@ -39,8 +40,8 @@ from lib.platforms import (
     session_limit_hours,
     storage,
 )
-from lib.run import Run, check_writable
-from lib.train import Task, fit
+from lib.training.config import ConfigError, RunConfig
+from lib.training.loop import Task, fit
 
 SMOKE_MAX_BATCH = 32  # smoke runs use small batches so the sample data holds several
 # A per-device batch derived from a run's global batch may exceed the workload's default for
@@ -84,9 +85,9 @@ class Session:
                 "world_size": self.dist.world_size, "devices": self.devices,
                 "global_batch": self.global_batch}
 
-    def open_run(self, model_config: dict) -> Run:
+    def open_run(self, model_config: dict) -> RunFolder:
         """The run folder (checkpoints, metrics, TensorBoard); only the main process writes."""
-        return Run(self.out_dir, self.cfg.WORKLOAD, model_config,
+        return RunFolder(self.out_dir, self.cfg.WORKLOAD, model_config,
                    clock=self.clock, storage=self.storage, main=self.dist.main,
                    session=dict(self.resolved(), epochs=self.cfg.epochs,
                                 platform=self.cfg.platform),
@@ -117,7 +118,7 @@ class Session:
 
     def fit(self, loaders, task: Task, model_config: dict) -> list[dict]:
         """Train `task` in the run folder (resuming if it has a checkpoint) on this process's
-        device, compiled where COMPILE says (`lib.compile`); the history."""
+        device, compiled where COMPILE says (`lib.runtime.compile`); the history."""
         run = self.open_run(model_config)
         on, why = compile.decide(self.cfg.compile, self.cfg, self.choice,
                                  self.cfg.smoke, self.cfg.varying_shapes())
@@ -147,7 +148,7 @@ def _device_count(choice: DeviceChoice, platform: Platform) -> int:
     if choice.type == "cuda":
         return min(platform.devices, torch.cuda.device_count())
     if choice.type == "xla":
-        from lib import xla
+        from lib.runtime import xla
 
         return platform.devices if xla.device_type() == "TPU" else 1
     return 1

@@ -79,9 +79,9 @@ history = launch(fashion_mnist.train, s)
 from IPython.display import Markdown, display
 
 from lib.bootstrap import show_tensorboard
-from lib.metrics import Accuracy, ConfusionMatrix
 from lib.plots import confusion_matrix, training_curves
-from lib.train import evaluate_on
+from lib.training.loop import evaluate_on
+from lib.training.metrics import Accuracy, ConfusionMatrix
 
 training_curves(history, s.out_dir / "curves.png", title="Fashion-MNIST CNN",
                 sample=cfg.sample_data);

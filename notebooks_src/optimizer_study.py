@@ -61,7 +61,7 @@ print(cfg)
 from IPython.display import Markdown, display
 
 from lib import session
-from lib.optim import defaults_table
+from lib.training.optim import defaults_table
 
 s = session.start(cfg)
 display(Markdown(defaults_table()))
@@ -80,7 +80,7 @@ optimizer_study.noisy_examples(train_set, info["name"], sample=cfg.sample_data);
 #
 # One run after the other, each through `launch` (every device of this platform), with
 # checkpoints every epoch and every `CHECKPOINT_MINUTES`. The model, optimizers and
-# schedule are in `lib/workloads/optimizer_study.py` and `lib/optim.py`.
+# schedule are in `lib/workloads/optimizer_study.py` and `lib/training/optim.py`.
 
 # %%
 rows = optimizer_study.train_grid(s)
@@ -92,7 +92,7 @@ rows = optimizer_study.train_grid(s)
 
 # %%
 from lib.bootstrap import show_tensorboard
-from lib.study_plots import report
+from lib.study.plots import report
 
 study = report(s.out_dir, cfg.dataset, cfg.noise_mode, cfg.label_noise, sample=cfg.sample_data)
 if cfg.sample_data:

@@ -1,7 +1,8 @@
 """Stand-ins of Studio Lab, a SageMaker Studio space, Paperspace, a Lightning AI Studio, a Modal
 notebook's container, Colab Enterprise / a Workbench instance and a JupyterHub server: each
 service's environment variables, home and folders under a root that TA_CLOUD_ROOT points at
-(what each service sets, with sources: lib/clouds.py). Used by tests/test_notebooks_clouds.py,
+(what each service sets, with sources: lib/runtime/clouds.py). Used by
+tests/test_notebooks_clouds.py,
 tests/test_notebooks_more_clouds.py, tests/test_more_clouds.py and by the SageMaker
 Distribution lane (tests/test_image_lanes.py)."""
 

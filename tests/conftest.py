@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from lib.platforms import detect_runtime
+from lib.runtime.platforms import detect_runtime
 
 # The XLA lane's modules import torch_xla; the main lane's environment has none, so it does
 # not collect them at all (rather than report them as skipped). `make test-xla` runs them.
@@ -16,7 +16,8 @@ collect_ignore_glob = [] if importlib.util.find_spec("torch_xla") else ["test_xl
 @pytest.fixture(autouse=True)
 def _no_platform_left_behind():
     """A test that leaves the fake `google.colab` imported, or a platform's variable set, makes
-    every later test of its worker detect that platform (lib.platforms.detect_runtime): which
+    every later test of its worker detect that platform (lib.runtime.platforms.detect_runtime):
+    which
     tests share a worker changes from run to run, so it fails here, at the test that did it."""
     before = detect_runtime()
     yield

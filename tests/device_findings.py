@@ -42,14 +42,14 @@ class Allow:
 
 # The one list of findings that are accepted, each with its reason.
 ALLOWED: tuple[Allow, ...] = (
-    Allow(SYNC, "lib/train.py", "self.scaler.step(optimizer)",
+    Allow(SYNC, "lib/training/backend.py", "self.scaler.step(optimizer)",
           "torch's GradScaler.step reads found_inf (.item()) to skip a step whose fp16 "
           "gradients overflowed: the price of fp16 AMP, once per step, on T4-class GPUs only "
           "(bf16 on sm_80+ and XLA have no scaler)"),
-    Allow(FLOAT64, "lib/train.py", "self.scaler.unscale_(optimizer)",
+    Allow(FLOAT64, "lib/training/backend.py", "self.scaler.unscale_(optimizer)",
           "torch's GradScaler.unscale_ takes 1/scale of its one-element scale in float64 on "
           "CUDA (on MPS it stays float32 by itself): torch's code, one scalar"),
-    Allow(SYNC, "lib/metrics_seg.py", "pred.cpu().numpy(), gt.cpu().numpy()",
+    Allow(SYNC, "lib/training/metrics_seg.py", "pred.cpu().numpy(), gt.cpu().numpy()",
           "PdFaMetric labels connected components with scipy.ndimage on the host: one copy "
           "per evaluation batch, never in training (its docstring says so)"),
 )

@@ -1,7 +1,7 @@
 """A training step on a CUDA device that only claims to exist: devices, dtypes, host syncs.
 
 `torch._subclasses.fake_tensor.FakeTensorMode` runs torch ops on tensors that carry a device,
-a shape and a dtype but no data, so a CPU-only machine can run `lib.train.fit` with every
+a shape and a dtype but no data, so a CPU-only machine can run `lib.training.loop.fit` with every
 tensor "on cuda:0". A tensor left on the CPU then fails as it would on a GPU ("Expected all
 tensors to be on the same device"); a `Recorder` layered over the fake mode also notes what
 a GPU would run but MPS or a TPU would reject or a GPU would stall on: float64 tensors on the
@@ -11,8 +11,8 @@ more step after `_restore`), then fails with one line per finding not in `ALLOWE
 (tests/device_findings.py).
 
 What fake mode cannot carry is stubbed at the narrowest point (tests/test_fake_cuda.py's
-docstring lists each and why). The device is chosen by `lib.device.choose_device` from a
-patched `lib.device.probe` (a T4, sm_75, or an A100, sm_80), never built by hand.
+docstring lists each and why). The device is chosen by `lib.runtime.device.choose_device` from a
+patched `lib.runtime.device.probe` (a T4, sm_75, or an A100, sm_80), never built by hand.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorConverter, FakeT
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import lib.device
-from lib.device import Probe, choose_device
-from lib.platforms import get_platform
-from lib.run import Run
-from lib.train import Task, fit
+import lib.runtime.device
+from lib.runs.folder import RunFolder
+from lib.runtime.device import Probe, choose_device
+from lib.runtime.platforms import get_platform
+from lib.training.loop import Task, fit
 from tests.device_findings import (
     ALLOWED,
     CHECKPOINT,
@@ -257,11 +257,11 @@ class Replay:
 
 
 def cuda_choice(p: Probe = T4, platform: str = "colab_t4"):
-    """The DeviceChoice `lib.device.choose_device("auto", ...)` makes on a machine whose
+    """The DeviceChoice `lib.runtime.device.choose_device("auto", ...)` makes on a machine whose
     probe says `p` (the probe is patched, the choice is the real one)."""
     flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     try:
-        with mock.patch.object(lib.device, "probe", return_value=p):
+        with mock.patch.object(lib.runtime.device, "probe", return_value=p):
             choice = choose_device("auto", get_platform(platform), environ={})
     finally:  # choose_device turns TF32 on for an sm_80 GPU: this process has none
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
@@ -314,7 +314,7 @@ def _realise(obj, path: str, recorder: Recorder):
     if isinstance(obj, torch.Tensor):
         if obj.device.type != "cpu":
             recorder.findings.append(Finding(CHECKPOINT, f"{obj.device} tensor at {path}",
-                                             "lib/checkpoint.py", 0, "save", ""))
+                                             "lib/runs/checkpoints.py", 0, "save", ""))
         if not isinstance(obj, FakeTensor):
             return obj
         return _ones(obj.shape, obj.dtype)
@@ -389,7 +389,7 @@ def dry_run(build: Callable[[torch.device], tuple[Task, dict]], make_loaders, ch
             with rec.building():
                 task, model_config = build(device)
             train, test = make_loaders(device)
-            run = Run(out, workload, model_config, tensorboard=False, progress=False)
+            run = RunFolder(out, workload, model_config, tensorboard=False, progress=False)
             train, test = Watched(train, rec), Watched(test, rec)
             try:
                 history = fit(task, train, test, choice, run, epochs, max_batches=1)

@@ -45,7 +45,7 @@ def notebook_script(workload: str, params: dict, path: Path) -> Path:
 MAX_HIT = 2  # failpoint hits: X@1 or X@2
 STARTUP_S = (0.5, 6.0)  # start-up kills: this long after the process starts...
 STARTUP_LIMIT = "train.step@1"  # ...or at its first step, whichever comes first
-TIMED_S = (1e-3, 0.3)  # timed kills X@n+d: d log-uniform in this range (see lib/faults.py)
+TIMED_S = (1e-3, 0.3)  # timed kills X@n+d: d log-uniform in this range (see lib/base/faults.py)
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def steps_needed(kills: int, batches: int, max_hit: int = MAX_HIT) -> int:
     a timed kill: what a kill at the next `train.step`/`checkpoint.write` keeps, so n - 1
     armed at `train.step`, n at `checkpoint.write`, batches - 1 at `eval.batch`; a start-up
     kill: 0. And each kill lands while max_hit steps remain (`eval.batch` ones always: the
-    notebook evaluates after training too; armed timed kills always, see lib/faults.py).
+    notebook evaluates after training too; armed timed kills always, see lib/base/faults.py).
     """
     # eval.batch@n must land in the epoch's first evaluation (of min(batches, len) batches;
     # every workload's sample test set has at least `batches` of them)

@@ -31,7 +31,8 @@ def execute(workload: str, platform: str, out: Path, env: dict | None = None,
 
 
 def stream_text(nb: nbformat.NotebookNode) -> str:
-    """Everything the notebook printed, and the plain-text lines a run shows (lib.progress.Lines
+    """Everything the notebook printed, and the plain-text lines a run shows
+    (lib.base.progress.Lines
     keeps them in one display output, updated in place)."""
     parts = []
     for c in nb.cells:

@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from lib import atomic
+from lib.base import atomic
 from lib.data import fashion
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lib.checkpoint import Checkpoints
-from lib.errors import UserError
+from lib.base.errors import UserError
+from lib.runs.checkpoints import Checkpoints
 from tests.fault_harness import notebook_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -258,7 +258,7 @@ def test_bad_input_gets_one_clear_message_and_checkpoints_are_untouched(case, tm
 
 
 def test_unwritable_out_dir(tmp_path, monkeypatch):
-    from lib import run as run_mod
+    from lib.runs import folder as run_mod
 
     def read_only(self, *a, **k):
         raise PermissionError(13, "Permission denied")

@@ -9,7 +9,7 @@ import torch
 from bench import __main__ as suite
 from bench import bench_compile, bench_gpu, bench_loop, bench_pipeline, bench_suite, bench_xla
 from bench.common import ROOT, median
-from lib.platforms import PLATFORMS
+from lib.runtime.platforms import PLATFORMS
 
 # The benchmarks' own smoke runs (notebooks, compile, loops): make test, not test-quick.
 pytestmark = pytest.mark.slow
@@ -94,7 +94,7 @@ def test_xla_section_without_the_environment_says_not_measured(tmp_path):
 
 
 def test_xla_module_in_an_environment_without_torch_xla_fails_clearly():
-    from lib.xla import installed
+    from lib.runtime.xla import installed
 
     if installed():
         pytest.skip("this environment has torch_xla")

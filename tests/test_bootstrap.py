@@ -132,7 +132,7 @@ def fake_colab(tmp_path, monkeypatch):
     monkeypatch.setenv("TA_FAKE_COLAB_LOG", str(tmp_path))
     yield tmp_path
     # What the test imported from the fakes goes too: a `google.colab` left in sys.modules makes
-    # every later test of this process detect Colab (lib.platforms.detect_runtime).
+    # every later test of this process detect Colab (lib.runtime.platforms.detect_runtime).
     for name in [m for m in sys.modules if m == "google" or m.startswith("google.")]:
         del sys.modules[name]
 
@@ -146,7 +146,7 @@ def test_drive_is_mounted_only_where_someone_can_answer(fake_colab):
     """A browser session mounts Drive; with TA_DRIVE=off (a `colab exec` VM, papermill) no
     mount is tried (it would wait for a browser) and run folders stay on the VM's disk; an
     already-mounted Drive is used as it is."""
-    from lib.platforms import storage
+    from lib.runtime.platforms import storage
 
     line = bootstrap.drive_line({"TA_DRIVE": "off"})
     assert "Drive not mounted (TA_DRIVE=off" in line and _calls(fake_colab) == 0

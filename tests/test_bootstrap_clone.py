@@ -21,7 +21,7 @@ import pytest
 
 import build_notebooks as bn
 import lib
-from lib.platforms import PLATFORMS, storage
+from lib.runtime.platforms import PLATFORMS, storage
 from tests.notebook_run import ROOT, stream_text
 from tests.served_repo import ServedRepo, git
 

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 import build_notebooks as bn
-from lib.platforms import PLATFORMS
+from lib.runtime.platforms import PLATFORMS
 
 ROOT = Path(__file__).resolve().parent.parent
 CFG = {"repository": "someone/fork", "branch": "dev", "kaggle_user": "someone",

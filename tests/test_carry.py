@@ -12,10 +12,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lib import carry, durable, experiment, session
-from lib.errors import ConfigError
-from lib.params import UsageError
-from lib.train import Backend, _restore
+from lib import session
+from lib.base import durable
+from lib.base.errors import ConfigError
+from lib.cli import carry
+from lib.cli.params import UsageError
+from lib.runs import identity as experiment
+from lib.training.loop import Backend, _restore
 from lib.workloads.fashion_mnist import FashionConfig
 from tests.test_train import CPU, make_task, strip, train
 
@@ -103,14 +106,14 @@ def test_a_cuda_checkpoint_resumes_on_the_cpu_and_continues_the_epoch_sequence(t
     (ckpt,) = (tmp_path / "moved" / "checkpoints").glob("ckpt-*.pt")
     as_if_written_on_cuda(ckpt)
     lines = []
-    from lib import run as run_mod
+    from lib.runs import folder as run_mod
 
-    original = run_mod.Run.log
-    run_mod.Run.log = lambda self, message: lines.append(message)
+    original = run_mod.RunFolder.log
+    run_mod.RunFolder.log = lambda self, message: lines.append(message)
     try:
         _, resumed = train(tmp_path / "moved", 2)
     finally:
-        run_mod.Run.log = original
+        run_mod.RunFolder.log = original
     said = [line for line in lines if "another kind of device" in line]
     assert said == ["checkpoint from another kind of device, resumed on cpu: its GradScaler "
                     "state dropped (fp32 on cpu needs none); its cuda and mps RNG state skipped "

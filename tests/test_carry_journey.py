@@ -39,8 +39,8 @@ import nbformat
 import papermill
 import pytest
 
-from lib.errors import ExperimentChanged
-from lib.metrics import read_jsonl
+from lib.base.errors import ExperimentChanged
+from lib.runs.records import read_jsonl
 from tests.fakes.kaggle_server import FakeKaggle
 from tests.fault_harness import notebook_script, strip_timing
 from tests.notebook_run import FAKES, markdown_outputs, stream_text
@@ -106,7 +106,7 @@ def push_and_wait(server: FakeKaggle, workload: str, dataset: str, env: dict) ->
     from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
 
-    from lib.kaggle_api import client
+    from lib.cli.kaggle_api import client
 
     folder = server.root.parent / f"push-{workload}"
     folder.mkdir()

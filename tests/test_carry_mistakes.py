@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from lib import carry, experiment
-from lib.params import UsageError
+from lib.cli import carry
+from lib.cli.params import UsageError
+from lib.runs import identity as experiment
 from tests.test_carry import recorded_run
 
 

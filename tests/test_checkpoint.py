@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lib.checkpoint import CheckpointMismatch, Checkpoints, atomic_save, to_cpu
+from lib.runs.checkpoints import CheckpointMismatch, Checkpoints, atomic_save, to_cpu
 
 MODEL = {"width": 8}
 
@@ -110,7 +110,7 @@ class _Foreign:
 
 
 def test_a_refused_pickle_is_explained_without_the_unsafe_advice(tmp_path):
-    from lib.checkpoint import reason
+    from lib.runs.checkpoints import reason
 
     torch.save({"model": _Foreign()}, tmp_path / "x.pt")
     with pytest.raises(Exception) as err:

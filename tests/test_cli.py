@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lib import cli, params, workloads
+from lib import workloads
+from lib.cli import main as cli
+from lib.cli import params
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ["-p", "SMOKE", "True", "-p", "SAMPLE_DATA", "True"]
@@ -168,12 +170,12 @@ def test_run_shows_the_notebooks_error_as_one_line(tmp_path):
 
 
 def test_make_demo_runs_the_sample_into_its_own_folder(monkeypatch, tmp_path):
-    """`make demo` is `python -m lib.demo`: the sample run in demo/sample, never in the folder
+    """`make demo` is `python -m lib.cli.demo`: the sample run in demo/sample, never in the folder
     of a real-data run (demo/real), which would be refused as a changed experiment."""
     dry = subprocess.run(["make", "-n", "--no-print-directory", "demo",
                           "VENV=/nonexistent-venv"], cwd=cli.ROOT, capture_output=True, text=True)
-    assert dry.stdout.splitlines()[-1].endswith("-m lib.demo"), dry.stdout
-    from lib import demo
+    assert dry.stdout.splitlines()[-1].endswith("-m lib.cli.demo"), dry.stdout
+    from lib.cli import demo
 
     calls = []
     monkeypatch.setattr(demo, "cli_main", lambda argv: calls.append(argv) or 0)

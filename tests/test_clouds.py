@@ -1,5 +1,6 @@
 """Studio Lab, SageMaker and Paperspace: detection, storage, the /dev/shm and GPU checks, and
-too-old Python / torch, each against the service's documented environment (lib/clouds.py)."""
+too-old Python / torch, each against the service's documented environment
+(lib/runtime/clouds.py)."""
 
 import json
 import os
@@ -12,10 +13,11 @@ import pytest
 import torch
 import yaml
 
-from lib import bootstrap, clouds
-from lib.device import Probe, choose_device, shm_workers
-from lib.errors import DeviceError, OutDirError
-from lib.platforms import default_dirs, detect_runtime, get_platform
+from lib import bootstrap
+from lib.base.errors import DeviceError, OutDirError
+from lib.runtime import clouds
+from lib.runtime.device import Probe, choose_device, shm_workers
+from lib.runtime.platforms import default_dirs, detect_runtime, get_platform
 from tests.cloud_standins import fill
 
 ROOT = Path(__file__).resolve().parent.parent

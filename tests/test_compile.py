@@ -4,10 +4,11 @@ the same numbers as an eager one, resumes, and leaves checkpoints an uncompiled 
 import pytest
 import torch
 
-from lib import compile, workloads
-from lib.config import ConfigError
-from lib.device import Probe, choose_device
-from lib.platforms import get_platform
+from lib import workloads
+from lib.runtime import compile
+from lib.runtime.device import Probe, choose_device
+from lib.runtime.platforms import get_platform
+from lib.training.config import ConfigError
 from lib.workloads.fashion_mnist import FashionConfig
 from lib.workloads.optimizer_study import OptimizerStudyConfig
 from tests.test_train import make_task, strip, train
@@ -129,9 +130,9 @@ def test_a_compiled_run_computes_the_eager_numbers_resumes_and_saves_plain_weigh
 
 
 def test_the_epoch_line_shows_compile_time_once_and_the_eta_leaves_it_out(tmp_path, capsys):
-    from lib.run import Run
+    from lib.runs.folder import RunFolder
 
-    run = Run(tmp_path, "toy", {}, tensorboard=False, progress=False)
+    run = RunFolder(tmp_path, "toy", {}, tensorboard=False, progress=False)
     run.begin([], 0)
     bar = run.progress(total=3)
     record = {"epoch": 1, "lr": 0.1, "train_loss": 1.0, "seconds": 100.0,

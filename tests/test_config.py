@@ -2,7 +2,7 @@
 
 import pytest
 
-from lib.config import ConfigError
+from lib.training.config import ConfigError
 from lib.workloads.fashion_mnist import FashionConfig
 
 GOOD = dict(PLATFORM="colab_t4", DEVICE="auto", DATA_DIR=None, OUT_DIR=None,
@@ -77,7 +77,7 @@ def test_default_paths_follow_the_runtime(monkeypatch, tmp_path):
 ])
 def test_the_fix_is_phrased_for_the_front_end_in_use(front_end, fix, monkeypatch):
     """The terminal types `-p EPOCHS 14`, a notebook edits its parameters cell."""
-    from lib.errors import FRONT_END_ENV
+    from lib.base.errors import FRONT_END_ENV
 
     monkeypatch.setenv(FRONT_END_ENV, front_end)
     with pytest.raises(ConfigError) as err:

@@ -5,8 +5,8 @@ import itertools
 import pytest
 import torch
 
-from lib.device import DeviceError, Probe, choose_device, choose_precision, cuda_preflight
-from lib.platforms import ANY, PLATFORMS, get_platform
+from lib.runtime.device import DeviceError, Probe, choose_device, choose_precision, cuda_preflight
+from lib.runtime.platforms import ANY, PLATFORMS, get_platform
 
 T4 = dict(cuda=True, cuda_name="Tesla T4", capability=(7, 5), cuda_count=1,
           arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"))
@@ -185,7 +185,7 @@ def test_xla_on_a_cpu_says_it_is_the_cpu_not_a_tpu(platform):
 
 
 def test_probe_reads_the_xla_device_type_from_pjrt_device_without_importing_torch_xla():
-    from lib.device import probe
+    from lib.runtime.device import probe
 
     assert probe(environ={"PJRT_DEVICE": "cpu"}).xla_device_type == "CPU"
     assert probe(environ={}).xla_device_type == ""
@@ -223,7 +223,7 @@ def test_the_local_notebook_takes_what_this_machine_has(machine, kind, batch, pr
 
 
 def test_an_old_platform_name_is_refused_naming_the_new_one():
-    from lib.errors import ConfigError
+    from lib.base.errors import ConfigError
 
     with pytest.raises(ConfigError, match="PLATFORM 'local_mps' is now 'local'"):
         get_platform("local_mps")

@@ -7,11 +7,11 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from lib.config import RunConfig
 from lib.data.common import make_loader
 from lib.launch import launch
 from lib.session import start
-from lib.train import Task, fit
+from lib.training.config import RunConfig
+from lib.training.loop import Task, fit
 
 pytestmark = pytest.mark.notebook  # multi-process: slow-ish
 

@@ -27,7 +27,7 @@ import pytest
 
 import build_notebooks as bn
 from lib import workloads as contract
-from lib.platforms import PLATFORMS
+from lib.runtime.platforms import PLATFORMS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from lib.data import events, opens
+from bench import opens
+from lib.data import events
 from lib.data.common import make_loader
 from tests import drive_fuse
 from tests.drive_fuse import mounted

@@ -1,14 +1,14 @@
 """Checkpoints on a mount synced in the background (Colab's Drive): written on scratch,
-copied whole, marker last; resume takes only complete copies (lib/durable.py)."""
+copied whole, marker last; resume takes only complete copies (lib/base/durable.py)."""
 
 import errno
 import json
 
 import torch
 
-from lib import durable
-from lib.checkpoint import Checkpoints
-from lib.platforms import Storage, staging
+from lib.base import durable
+from lib.runs.checkpoints import Checkpoints
+from lib.runtime.platforms import Storage, staging
 
 MODEL = {"width": 8}
 

@@ -6,9 +6,9 @@ import stat
 import pytest
 import tonic
 
+from lib.base.errors import DataNotFound
 from lib.data import events
 from lib.data.events_sample import write_nmnist_sample
-from lib.errors import DataNotFound
 
 
 @pytest.fixture

@@ -1,9 +1,10 @@
 """Every workload's CUDA path on a machine without a GPU: a fake-CUDA dry run (issue 39).
 
-For each workload, `tests.fake_cuda.dry_run` runs `lib.train.fit` itself on tensors that claim
+For each workload, `tests.fake_cuda.dry_run` runs `lib.training.loop.fit` itself on tensors that
+claim
 to live on cuda:0 (torch's FakeTensorMode: devices, shapes and dtypes, no values): the
 workload's own `build_task` (model, loss, optimiser, scheduler, metrics), the device chosen
-by `lib.device.choose_device` from a patched probe (a T4: fp16 autocast + GradScaler; an
+by `lib.runtime.device.choose_device` from a patched probe (a T4: fp16 autocast + GradScaler; an
 A100: bf16 autocast), one training step, one evaluation batch, the epoch's checkpoint, and a
 fresh task resumed from it for one more step. A tensor left on the CPU fails as on a GPU,
 naming where it was made; float64 device tensors and host syncs in the batch loop fail
@@ -51,9 +52,9 @@ from lib.data import fashion
 from lib.data.cifar import STATS
 from lib.data.events import frame_hw
 from lib.data.on_device import Augment, DeviceLoader
-from lib.metrics import Accuracy
 from lib.models.mshnet import MSHNetConfig
-from lib.optim import OPTIMIZERS, make_optimizer, resolved_hparams
+from lib.training.metrics import Accuracy
+from lib.training.optim import OPTIMIZERS, make_optimizer, resolved_hparams
 from lib.workloads import fashion_mnist as fashion_workload
 from lib.workloads import get, mamba_spike, mshnet, names, optimizer_study
 from tests import fake_cuda
@@ -159,14 +160,15 @@ def test_workload_step_eval_and_checkpoint_on_fake_cuda(workload, probe, tmp_pat
     kinds = {(f.kind, f.code.strip()) for f in accepted}
     scaler = {(SYNC, "self.scaler.step(optimizer)"), (FLOAT64, "self.scaler.unscale_(optimizer)")}
     assert (scaler <= kinds) == (probe == "t4_fp16"), kinds  # the scaler: fp16 only
-    pdfa = any(f.file == "lib/metrics_seg.py" for f in accepted)
+    pdfa = any(f.file == "lib/training/metrics_seg.py" for f in accepted)
     assert pdfa == (workload == "mshnet"), accepted
     assert (tmp_path / "checkpoints" / "ckpt-e0002-b000000.pt").exists()
 
 
 @pytest.mark.parametrize("optimizer", [o for o in OPTIMIZERS if o != "adamw"])
 def test_every_optimizer_of_the_study_steps_on_fake_cuda(optimizer, tmp_path):
-    """The study's other update rules (lib.optim.make_optimizer), fp16 with the scaler as on a
+    """The study's other update rules (lib.training.optim.make_optimizer), fp16 with the scaler as
+    on a
     T4, over the small Fashion-MNIST CNN (the rule is the point, not the model)."""
     build, loaders = fashion_case()
 
@@ -282,4 +284,5 @@ def test_an_allowance_needs_its_reason_and_every_one_is_used():
     """ALLOWED is the one list; each entry says why (the workload tests show each is hit)."""
     assert all(len(a.reason) > 40 for a in ALLOWED)
     assert {(a.kind, a.file) for a in ALLOWED} == {
-        (SYNC, "lib/train.py"), (FLOAT64, "lib/train.py"), (SYNC, "lib/metrics_seg.py")}
+        (SYNC, "lib/training/backend.py"), (FLOAT64, "lib/training/backend.py"),
+        (SYNC, "lib/training/metrics_seg.py")}

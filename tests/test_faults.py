@@ -1,4 +1,4 @@
-"""lib/faults.py: exact and timed failpoints really SIGKILL the process (tiny subprocesses)."""
+"""lib/base/faults.py: exact and timed failpoints really SIGKILL the process (tiny subprocesses)."""
 
 import os
 import signal
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lib import faults
+from lib.base import faults
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run(code: str, spec: str) -> tuple[subprocess.CompletedProcess, float]:
     """Run `code` (with `point` imported) under TA_FAILPOINTS=spec; (result, seconds)."""
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", f"from lib.faults import point\n{code}"],
+    proc = subprocess.run([sys.executable, "-c", f"from lib.base.faults import point\n{code}"],
                           cwd=ROOT, env=dict(os.environ, **{faults.ENV: spec}), capture_output=True,
                           text=True, timeout=60)
     return proc, time.monotonic() - t0
@@ -65,7 +65,7 @@ def test_a_pending_timed_kill_is_waited_for_before_state_changes_and_at_exit(the
 
 def test_a_slowpoint_holds_every_hit_of_its_point_and_no_other(monkeypatch):
     """TA_SLOWPOINTS: a slow machine on demand, for tests of time limits (the Slurm requeue)."""
-    from lib import faults
+    from lib.base import faults
 
     slept = []
     monkeypatch.setattr(faults.time, "sleep", slept.append)

@@ -12,8 +12,8 @@ import time
 import nbformat
 import pytest
 
-from lib.metrics import read_jsonl
-from lib.progress import epoch_line, shown
+from lib.base.progress import epoch_line, shown
+from lib.runs.records import read_jsonl
 from tests.notebook_run import markdown_outputs, stream_text
 from tests.test_cli import ROOT, SMOKE, stderr_lines, ta
 

@@ -67,7 +67,7 @@ def test_every_workload_trains_through_the_notebook_calls_at_both_settings(dry_r
 def test_a_killed_run_resumes_mid_epoch_to_the_uninterrupted_weights(dry_run):
     _, results, _, _ = dry_run
     (row,) = _rows(results, "quick", "kill mid-epoch and resume")
-    assert row["killed_returncode"] == -9  # SIGKILL through lib.faults
+    assert row["killed_returncode"] == -9  # SIGKILL through lib.base.faults
     assert row["resumed_steps"] == row["expected_steps"] < row["steps"]
     assert row["identical"] and row["same_metrics"]
 

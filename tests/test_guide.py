@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.metrics import read_jsonl
+from lib.runs.records import read_jsonl
 from tests.user_repo import ROOT, copy_repository, run
 
 GUIDE = ROOT / "docs" / "your-own-experiment.md"

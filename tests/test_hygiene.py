@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").rglob("*.ipynb"))
 SECRET = re.compile(r"(ghp_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9]{20,}|"
                     r"-----BEGIN [A-Z ]*PRIVATE KEY|\"key\"\s*:\s*\"[0-9a-f]{32}\")")
-# The hosted services' documented homes (lib/clouds.py: Workbench, a hub, Lightning's
+# The hosted services' documented homes (lib/runtime/clouds.py: Workbench, a hub, Lightning's
 # miniconda) are not this machine's paths.
 SERVICE_HOMES = "studio-lab-user|sagemaker-user|ec2-user|jupyter|jovyan|zeus"
 MACHINE_PATH = re.compile(

@@ -24,8 +24,8 @@ import papermill
 import pytest
 
 from lib import workloads
-from lib.metrics import read_jsonl
-from lib.platforms import PLATFORMS, storage
+from lib.runs.records import read_jsonl
+from lib.runtime.platforms import PLATFORMS, storage
 from tests import lanes
 from tests.cloud_standins import SERVICES
 from tests.notebook_run import FAKES, ROOT, stream_text
@@ -126,7 +126,7 @@ def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path)
     repeated = {ln for ln in lines if lines.count(ln) > 3 and "epoch" not in ln.lower()}
     assert not repeated, repeated
     assert "requires jax/pallas" not in text
-    # The clone lands in the runtime's folder; on Kaggle on scratch (lib.platforms.storage),
+    # The clone lands in the runtime's folder; on Kaggle on scratch (lib.runtime.platforms.storage),
     # since /kaggle/working is the version's output.
     with mock.patch.dict(os.environ, env):
         clone_home = storage("kaggle").scratch if profile.runtime == "kaggle" else content

@@ -1,11 +1,18 @@
-"""The library's import graph has no circles: every `import` in lib/ (at any depth, lazy ones
-inside functions too) read with `ast`; circles are the graph's strongly connected components
-(Tarjan's algorithm, a few lines, so the check needs nothing beyond the standard library)."""
+"""The library's import graph: no circles, and the layering of lib/ (README, "The library's
+layout") as rules. Every `import` in lib/ (at any depth, lazy ones inside functions too) is
+read with `ast`; circles are the graph's strongly connected components (Tarjan's algorithm, a
+few lines, so the check needs nothing beyond the standard library). A rule is changed on
+purpose, in its own commit, never to make an import pass."""
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PENDING: set[frozenset[str]] = set()  # no circle is allowed (issue 24 removed the last two)
@@ -83,6 +90,130 @@ def test_the_checker_finds_a_circle():
 def test_lib_has_no_import_circle():
     known = modules()
     graph = {name: imports(name, path, known) for name, path in known.items()}
-    assert "lib.sweep" in graph["lib.cli"] and "lib.params" in graph["lib.sweep"]  # it reads
+    # the checker reads lazy and package imports: the CLI's sweep and the sweep's params
+    assert "lib.cli.sweep" in graph["lib.cli.main"] and "lib.cli.params" in graph["lib.cli.sweep"]
     found = [frozenset(c) for c in circles(graph)]
     assert set(found) <= PENDING, [sorted(c) for c in found if c not in PENDING]
+
+
+# --- The layering: which part of lib/ may import which (a part: a folder, or a module at the
+# top). Lower parts never import higher ones; the command line never loads the session, the
+# loop or the device modules (it runs notebooks in their own kernels and reads run folders).
+LAYERS: dict[str, set[str]] = {
+    "base": set(),  # errors, atomic, durable, faults, progress: nothing from lib
+    "runtime": {"base"},  # where am I, what hardware, how many processes
+    "runs": {"base", "runtime"},  # what a run leaves on disk
+    "models": {"base"},
+    "losses": {"base"},
+    "data": {"base", "runtime"},
+    "training": {"base", "runtime", "runs", "data", "models", "losses"},
+    "plots": {"base", "data"},
+    "study": {"base", "runs", "training", "data", "plots"},
+    "session": {"base", "runtime", "runs", "data", "training"},
+    "launch": {"base", "runtime", "runs", "session"},
+    "workloads": {"base", "runtime", "runs", "data", "models", "losses", "training", "study",
+                  "plots", "session", "launch"},
+    "bootstrap": {"base", "runtime"},  # found by path before anything is installed
+    "cli": {"base", "runs", "runtime", "plots", "workloads"},
+    "__main__": {"cli"},
+    "lib": set(),
+}
+# Modules of an allowed part that a part still must not import.
+FORBIDDEN: dict[str, set[str]] = {
+    "cli": {"lib.runtime.device", "lib.runtime.xla", "lib.runtime.distributed",
+            "lib.runtime.compile", "lib.session", "lib.launch", "lib.training.loop"},
+}
+# Within a part: only `lib.workloads`' contract (its __init__) for the command line.
+ONLY_PACKAGE = {("cli", "workloads")}
+
+
+def part(name: str) -> str:
+    """The layer a dotted module name belongs to: lib's folder, or its top-level module."""
+    pieces = name.split(".")
+    return pieces[1] if len(pieces) > 1 else "lib"
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    """One line per import against LAYERS / FORBIDDEN, naming importer and imported."""
+    out = []
+    for name, targets in sorted(graph.items()):
+        mine = part(name)
+        for target in sorted(targets):
+            if any(other.startswith(target + ".") for other in targets):
+                continue  # `from lib.x import y`: judged by lib.x.y, named once
+            theirs = part(target)
+            if theirs == mine or target == "lib":  # `import lib` (its version) is fine
+                continue
+            if theirs not in LAYERS.get(mine, set()):
+                allowed = sorted(LAYERS.get(mine, set()))
+                out.append(f"{name} imports {target}: {mine}/ may import "
+                           + (f"only {allowed}" if allowed else "nothing from lib"))
+            elif target in FORBIDDEN.get(mine, set()):
+                out.append(f"{name} imports {target}, which {mine}/ must never load")
+            elif (mine, theirs) in ONLY_PACKAGE and target != f"lib.{theirs}":
+                out.append(f"{name} imports {target}: {mine}/ may use only lib.{theirs} itself")
+    return out
+
+
+def graph_of(root: Path = ROOT) -> dict[str, set[str]]:
+    known = modules(root)
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def test_every_part_of_lib_has_a_layer():
+    assert {part(name) for name in modules()} <= set(LAYERS)
+
+
+def test_lib_follows_its_layers():
+    found = violations(graph_of())
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("where, line, expected", [
+    ("lib/base/atomic.py", "from lib.runtime import device", "lib.base.atomic imports "
+     "lib.runtime.device: base/ may import nothing from lib"),
+    ("lib/runs/records.py", "from lib.training.loop import fit", "lib.runs.records imports "
+     "lib.training.loop: runs/ may import only ['base', 'runtime']"),
+    ("lib/cli/sweep/report.py", "    from lib import session", "lib.cli.sweep.report imports "
+     "lib.session: cli/ may import only"),
+    ("lib/cli/execute.py", "from lib.runtime.device import probe", "lib.cli.execute imports "
+     "lib.runtime.device, which cli/ must never load"),
+    ("lib/cli/params.py", "from lib.workloads.mshnet import MSHNetRunConfig",
+     "lib.cli.params imports lib.workloads.mshnet: cli/ may use only lib.workloads itself"),
+])
+def test_a_planted_import_against_the_layers_fails_naming_it(tmp_path, where, line, expected):
+    """A copy of lib/ with one import against the rules: the check names it, and only it."""
+    import shutil
+
+    shutil.copytree(ROOT / "lib", tmp_path / "lib")
+    path = tmp_path / where
+    path.write_text(path.read_text() + f"\n\ndef _planted():\n    {line.strip()}\n")
+    found = violations(graph_of(tmp_path))
+    assert len(found) == 1 and found[0].startswith(expected), found
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport json, sys\n"
+                          "print(json.dumps(sorted(sys.modules)))"], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout
+    return set(json.loads(out.splitlines()[-1]))
+
+
+def test_the_bootstrap_imports_no_torch():
+    """PYTORCH_ENABLE_MPS_FALLBACK works only if set before torch is imported."""
+    assert "torch" not in _modules_after("import lib.bootstrap")
+
+
+def test_the_command_line_reads_a_finished_run_without_torch(tmp_path):
+    """`train-anywhere report` on a finished run folder: its table, and torch never loaded."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"WORKLOAD": "fashion_mnist", "EPOCHS": 2}))
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"epoch": e, "train_loss": 1.0 / e, "test_accuracy": 0.5 + e / 10}) + "\n"
+        for e in (1, 2)))
+    loaded = _modules_after("import contextlib, io\nfrom lib.cli.main import main\n"
+                            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+                            f"    main(['report', {str(run)!r}])\n"
+                            "assert '70.0' in out.getvalue(), out.getvalue()")
+    assert "lib.cli.main" in loaded and "torch" not in loaded

@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 
-from lib.metrics import read_jsonl
+from lib.runs.records import read_jsonl
 from tests.fault_harness import ROOT, notebook_script, strip_timing
 
 pytestmark = pytest.mark.notebook

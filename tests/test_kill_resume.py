@@ -4,7 +4,7 @@ end exactly where an uninterrupted run ends: same weights, same metrics.jsonl (a
 study the same results.csv), no duplicated or missing epochs.
 
 The kills land at failpoints (mid-step, mid-evaluation, mid-checkpoint-write), at arbitrary
-moments shortly after one, and at start-up (tests/fault_harness.py, lib/faults.py). Each kill
+moments shortly after one, and at start-up (tests/fault_harness.py, lib/base/faults.py). Each kill
 keeps a bounded number of training steps, so every run is sized (`steps_needed`) for all of
 its kills to land on any machine, however fast, slow or loaded.
 
@@ -16,8 +16,8 @@ import os
 import pytest
 import torch
 
-from lib.metrics import read_jsonl
-from lib.study import read_results
+from lib.runs.records import read_jsonl
+from lib.study.grid import read_results
 from tests.fault_harness import (
     Kill,
     kill_points,

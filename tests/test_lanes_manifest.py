@@ -7,7 +7,7 @@ import time
 import pytest
 
 from lib.bootstrap import REQUIREMENTS
-from lib.platforms import PLATFORMS
+from lib.runtime.platforms import PLATFORMS
 from tests import lanes
 
 

@@ -8,12 +8,12 @@ import pytest
 import tonic
 import torch
 
-from lib.config import ConfigError
 from lib.data import events, events_sample
 from lib.data.events import build_datasets as event_datasets
 from lib.data.events import warm_cache
 from lib.models.mamba_spike import MambaSpike, count_parameters
 from lib.plots import firing_rates
+from lib.training.config import ConfigError
 from lib.workloads import mamba_spike as ms
 from lib.workloads.mamba_spike import MambaSpikeRunConfig, build_task
 

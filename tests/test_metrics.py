@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from lib.metrics import Accuracy, ConfusionMatrix
+from lib.training.metrics import Accuracy, ConfusionMatrix
 
 
 def _logits(preds, k=3):

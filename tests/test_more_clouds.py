@@ -12,10 +12,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lib import bootstrap, clouds
-from lib.device import Probe, choose_device
-from lib.errors import OutDirError
-from lib.platforms import (
+from lib import bootstrap
+from lib.base.errors import OutDirError
+from lib.runtime import clouds
+from lib.runtime.device import Probe, choose_device
+from lib.runtime.platforms import (
     PLATFORMS,
     default_dirs,
     detect_runtime,
@@ -37,7 +38,7 @@ def standin_env(make, root, **kwargs):
 
 @pytest.fixture
 def in_env(monkeypatch):
-    """Set a stand-in's environment in os.environ (what lib.platforms.storage reads)."""
+    """Set a stand-in's environment in os.environ (what lib.runtime.platforms.storage reads)."""
     def apply(env):
         for key in ("HOME", "TA_CLOUD_ROOT", *clouds.LIGHTNING_VARS, *clouds.MODAL_VARS,
                     "VERTEX_PRODUCT", "COLAB_RELEASE_TAG", *clouds.JUPYTERHUB_VARS,
@@ -238,7 +239,7 @@ def test_kaggle_models_are_found_at_their_depth(tmp_path, monkeypatch):
 def test_kaggle_pushes_carry_no_pinned_image(tmp_path):
     """A pinned image in a push makes a TPU request run on the CPU image (kaggle-cli#1197): the
     builder writes none, and the sweep drops any a notebook or metadata file brings."""
-    from lib.sweep.kaggle import unpinned
+    from lib.cli.sweep.kaggle import unpinned
 
     for path in sorted((ROOT / "notebooks").glob("kaggle_*/kernels/*/kernel-metadata.json")):
         assert "docker_image" not in json.loads(path.read_text()), path

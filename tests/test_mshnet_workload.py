@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lib.config import ConfigError
 from lib.data.irstd import PAPER_RESULTS
 from lib.models.mshnet import MSHNet, MSHNetConfig
-from lib.platforms import default_dirs
+from lib.runtime.platforms import default_dirs
+from lib.training.config import ConfigError
 from lib.workloads.mshnet import (
     MSHNetRunConfig,
     build_task,

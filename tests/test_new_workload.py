@@ -16,9 +16,10 @@ import nbformat
 import papermill
 import pytest
 
-from lib import cli, scaffold
-from lib.metrics import read_jsonl
-from lib.platforms import PLATFORMS
+from lib.cli import main as cli
+from lib.cli import new as scaffold
+from lib.runs.records import read_jsonl
+from lib.runtime.platforms import PLATFORMS
 from tests.notebook_run import FAKES, check_clean_outputs, stream_text
 from tests.user_repo import ROOT, changed, copy_repository, run, snapshot, user_env
 

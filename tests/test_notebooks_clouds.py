@@ -1,6 +1,6 @@
 """Every workload's Studio Lab, SageMaker and Paperspace notebook in a stand-in of each service,
 started as a user starts it there, from an empty folder: the service's environment
-variables, home and folders (lib/clouds.py says where each is documented) under
+variables, home and folders (lib/runtime/clouds.py says where each is documented) under
 TA_CLOUD_ROOT, and GitHub served from this checkout.
 
 How a user opens a notebook there (more-clouds.md): Studio Lab's badge offers "Clone Entire
@@ -32,8 +32,8 @@ import nbformat
 import papermill
 import pytest
 
-from lib import clouds
-from lib.metrics import read_jsonl
+from lib.runs.records import read_jsonl
+from lib.runtime import clouds
 from tests.cloud_standins import SERVICES, fill, sagemaker_instance
 from tests.notebook_run import ROOT, check_clean_outputs, stream_text
 from tests.served_repo import ServedRepo
@@ -60,12 +60,12 @@ CASES = [("studiolab_t4", "fashion_mnist"), ("studiolab_t4", "mshnet"),
          ("sagemaker_gpu", "mshnet"), ("sagemaker_gpu", "fashion_mnist"),
          ("sagemaker_gpu", "optimizer_study"), ("sagemaker_gpu", "mamba_spike"),
          ("paperspace_gpu", "optimizer_study")]
-# What each service's limit line advises (lib.clouds.storage's carry_over).
+# What each service's limit line advises (lib.runtime.clouds.storage's carry_over).
 ADVICE = {"studiolab_t4": "caps GPU time per day", "sagemaker_gpu": "idle shutdown",
           "paperspace_gpu": "shuts down after 6 h"}
 # SageMaker's notebook instances (the same notebook) run these; its Studio spaces the others.
 INSTANCE = {("sagemaker_gpu", "optimizer_study"), ("sagemaker_gpu", "mamba_spike")}
-# What each service keeps between sessions (more-clouds.md, 4; lib/clouds.py's sources).
+# What each service keeps between sessions (more-clouds.md, 4; lib/runtime/clouds.py's sources).
 KEPT = {"studiolab_t4": "home/studio-lab-user", "sagemaker_gpu": "home/sagemaker-user",
         "paperspace_gpu": "storage", "instance": "home/ec2-user/SageMaker"}
 REPO = "train-anywhere"

@@ -12,8 +12,8 @@ import os
 import pytest
 import torch
 
-from lib import durable
-from lib.metrics import read_jsonl
+from lib.base import durable
+from lib.runs.records import read_jsonl
 from tests.drive_fuse import mounted
 from tests.fault_harness import strip_timing
 from tests.notebook_run import FAKES, epoch_lines, execute, stream_text

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from lib.metrics import read_jsonl
+from lib.base.progress import shown
 from lib.models.cnn import CNN, CNNConfig
-from lib.progress import shown
+from lib.runs.records import read_jsonl
 from tests import learning
 from tests.notebook_run import (
     FAKES,
@@ -91,7 +91,7 @@ def test_the_synthetic_sample_is_learned_gradually(tmp_path):
 
 
 def test_tpu_notebook_without_torch_xla_runs_on_the_cpu(tmp_path):
-    from lib.xla import installed
+    from lib.runtime.xla import installed
 
     if installed():  # only when the whole suite is run inside the XLA lane's environment
         pytest.skip("torch_xla is installed here: tests/test_xla_lane.py covers this notebook")

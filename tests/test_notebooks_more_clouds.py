@@ -1,6 +1,6 @@
 """The Lightning AI Studio and Modal notebooks in stand-ins of each service, started as a user
 starts them there, from an empty folder: the service's variables, home and folders
-(tests/cloud_standins.py; lib/clouds.py says where each is documented) under TA_CLOUD_ROOT,
+(tests/cloud_standins.py; lib/runtime/clouds.py says where each is documented) under TA_CLOUD_ROOT,
 and GitHub served from this checkout.
 
 How a user opens them: Lightning's badge (`lightning.ai/new?repo_url=<blob URL>`) and Modal's
@@ -28,7 +28,7 @@ import nbformat
 import papermill
 import pytest
 
-from lib.metrics import read_jsonl
+from lib.runs.records import read_jsonl
 from tests import cloud_standins as standin
 from tests.notebook_run import ROOT, stream_text
 from tests.served_repo import ServedRepo
@@ -36,7 +36,7 @@ from tests.test_notebooks_clouds import session
 
 pytestmark = pytest.mark.notebook
 REPO = "train-anywhere"
-# What each service says when the session stops (lib.clouds.storage's carry_over), and what
+# What each service says when the session stops (lib.runtime.clouds.storage's carry_over), and what
 # else it says at the start (its bootstrap check, its clock).
 ADVICE = {"lightning_studio": "when the Studio wakes", "modal": "same Volume attached"}
 SAYS = {"lightning_studio": ("base conda env `cloudspace`",),

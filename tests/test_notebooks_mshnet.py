@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from lib.metrics import read_jsonl
 from lib.models.mshnet import MSHNet, MSHNetConfig
+from lib.runs.records import read_jsonl
 from tests import learning
 from tests.notebook_run import (
     check_clean_outputs,

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from lib.metrics import read_jsonl
 from lib.models.resnet import CifarResNet18, ResNetConfig
-from lib.study import read_results
+from lib.runs.records import read_jsonl
+from lib.study.grid import read_results
 from tests.notebook_run import (
     check_clean_outputs,
     epoch_lines,

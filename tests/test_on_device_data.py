@@ -5,8 +5,8 @@ import pytest
 import torch
 from torchvision.transforms.v2 import functional as TF
 
+from lib.base.errors import DataError
 from lib.data.on_device import Augment, DeviceLoader, epoch_params
-from lib.errors import DataError
 
 MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
 AUG = Augment(padding=4, flip=True)

@@ -4,8 +4,7 @@ training loader opens at most 16 files per epoch, its two workers included."""
 import pytest
 import torch
 
-from bench import bench_opens
-from lib.data import opens
+from bench import bench_opens, opens
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from lib import session
-from lib.config import ConfigError
 from lib.models.resnet import count_parameters
-from lib.platforms import PLATFORMS
+from lib.runtime.platforms import PLATFORMS
+from lib.training.config import ConfigError
 from lib.workloads.optimizer_study import (
     OptimizerStudyConfig,
     build_task,

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lib import progress
+from lib.base import progress
 
 
 def test_epoch_line_is_a_formatted_row():

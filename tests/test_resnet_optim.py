@@ -12,7 +12,7 @@ from torch import nn
 from torchvision.models import resnet18
 
 from lib.models.resnet import CifarResNet18, ResNetConfig, count_parameters
-from lib.optim import (
+from lib.training.optim import (
     OPTIMIZERS,
     check_optimizer_name,
     defaults_table,
@@ -120,7 +120,7 @@ def test_every_optimizer_steps_saves_and_resumes_exactly(name):
     _steps(model, opt, sched, batches[1:])  # the uninterrupted run
 
     buf.seek(0)
-    state = torch.load(buf, weights_only=True)  # what lib.checkpoint does on resume
+    state = torch.load(buf, weights_only=True)  # what lib.runs.checkpoints does on resume
     model2, opt2, sched2 = _setup(name, seed=1)  # a fresh process: other initial weights
     model2.load_state_dict(state["model"])
     opt2.load_state_dict(state["opt"])

@@ -6,14 +6,14 @@ import time
 import pytest
 import torch
 
-from lib import run as run_mod
-from lib.clock import Clock
-from lib.platforms import storage
-from lib.run import Run
+from lib.runs import folder as run_mod
+from lib.runs.folder import RunFolder
+from lib.runtime.clock import Clock
+from lib.runtime.platforms import storage
 
 
 def make(tmp_path, **kw):
-    return Run(tmp_path / "out", "w", {"m": 1}, tensorboard=False, progress=False, **kw)
+    return RunFolder(tmp_path / "out", "w", {"m": 1}, tensorboard=False, progress=False, **kw)
 
 
 def test_out_dir_that_is_a_file_is_refused(tmp_path):
@@ -33,7 +33,7 @@ def test_unwritable_out_dir_is_refused(tmp_path, monkeypatch):
 
 def test_every_checkpoint_and_its_rename_are_fsynced(tmp_path, monkeypatch):
     """Each file whole on disk before its rename, and the rename itself synced; each
-    checkpoint's completion marker last, after best.pt's (lib.durable)."""
+    checkpoint's completion marker last, after best.pt's (lib.base.durable)."""
     synced, real_fsync = [], os.fsync
 
     def fsync(fd):
@@ -85,7 +85,7 @@ def test_no_warning_within_the_limit(tmp_path, capsys):
 
 
 def test_only_the_main_process_writes(tmp_path):
-    run = Run(tmp_path / "o", "w", {}, main=False, tensorboard=False)
+    run = RunFolder(tmp_path / "o", "w", {}, main=False, tensorboard=False)
     run.begin([], 0)
     run.save({"w": torch.ones(1)}, 1, 0)
     run.end_epoch({"epoch": 1, "seconds": 1.0, "samples_per_s": 1.0}, 2, run.progress(1))

@@ -10,8 +10,8 @@ import matplotlib
 import numpy as np
 import pytest
 
-from lib.metrics import read_jsonl
-from lib.study import (
+from lib.runs.records import read_jsonl
+from lib.study.grid import (
     RESULTS,
     GridCell,
     collect_results,
@@ -26,7 +26,7 @@ from lib.study import (
     summarise,
     write_results,
 )
-from lib.study_plots import curve_stats, report
+from lib.study.plots import curve_stats, report
 
 
 def _history(accs, seconds=10.0):

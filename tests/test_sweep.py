@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lib import cli
-from lib.sweep import cell_name, parse_grid
+from lib.cli import main as cli
+from lib.cli.sweep import cell_name, parse_grid
 from tests.fault_harness import kill_when
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -250,7 +250,7 @@ def test_colab_without_credentials_is_one_line_and_resumable(tmp_path):
 
 
 def test_kernel_slugs_are_unique_and_within_kaggles_limit():
-    from lib.sweep.kaggle import MAX_SLUG, slug_for
+    from lib.cli.sweep.kaggle import MAX_SLUG, slug_for
 
     short = slug_for("fashion-mnist-kaggle-p100", "seed=1")
     assert short == "fashion-mnist-kaggle-p100-seed-1"
@@ -264,7 +264,7 @@ def test_kernel_slugs_are_unique_and_within_kaggles_limit():
 def test_an_executed_notebooks_error_is_its_last_line(tmp_path):
     import nbformat
 
-    from lib.sweep.colab import notebook_error
+    from lib.cli.sweep.colab import notebook_error
 
     nb = nbformat.v4.new_notebook()
     ok = nbformat.v4.new_code_cell("print(1)")
@@ -291,7 +291,7 @@ def _output(folder: Path, files: dict) -> Path:
 def test_kaggle_judges_how_a_kernel_ended(tmp_path):
     """DONE only for a completed kernel whose run finished with something under out/; any
     other end is pushed again, until two attempts in a row make no progress."""
-    from lib.sweep.kaggle import judge
+    from lib.cli.sweep.kaggle import judge
 
     state = {"ref": "me/a", "attempt": 1}
     done = _output(tmp_path / "done", {"metrics.jsonl": "{}",
@@ -317,8 +317,8 @@ def test_kaggle_judges_how_a_kernel_ended(tmp_path):
 
 
 def test_kaggle_needs_the_client_that_pages_kernel_output():
-    from lib.cli import UsageError
-    from lib.sweep.kaggle import check_client_version
+    from lib.cli.params import UsageError
+    from lib.cli.sweep.kaggle import check_client_version
 
     check_client_version("2.2.2")
     check_client_version("2.10.0")
@@ -331,8 +331,8 @@ def test_kaggle_time_limit_becomes_the_notebooks_session_limit(tmp_path):
     notebook stops itself before; retries alternate slugs and name their source."""
     import nbformat
 
-    from lib.sweep import Cell
-    from lib.sweep.kaggle import prepare
+    from lib.cli.sweep import Cell
+    from lib.cli.sweep.kaggle import prepare
 
     cell = Cell("seed=1", {"SEED": 1}, tmp_path / "seed=1")
     cell.dir.mkdir()

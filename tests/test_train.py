@@ -9,11 +9,12 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from lib.data.common import SeededDataset, make_loader
-from lib.device import Probe, choose_device
-from lib.metrics import Accuracy, read_jsonl
-from lib.platforms import get_platform
-from lib.run import Run
-from lib.train import Task, fit
+from lib.runs.folder import RunFolder
+from lib.runs.records import read_jsonl
+from lib.runtime.device import Probe, choose_device
+from lib.runtime.platforms import get_platform
+from lib.training.loop import Task, fit
+from lib.training.metrics import Accuracy
 from tests import learning
 
 CPU = choose_device("cpu", get_platform("colab_t4"), Probe(), environ={})
@@ -63,7 +64,7 @@ def loaders(seed=3, choice=CPU):
 
 def train(out, epochs, task=None, minutes=10.0, loader_seed=3, **kw):
     task = task or make_task()
-    run = Run(out, "toy", {"hidden": 16}, tensorboard=kw.pop("tb", False),
+    run = RunFolder(out, "toy", {"hidden": 16}, tensorboard=kw.pop("tb", False),
               progress=False)
     history = fit(task, *loaders(loader_seed), CPU, run, epochs, checkpoint_minutes=minutes,
                   **kw)

@@ -9,8 +9,8 @@ from pathlib import Path
 import papermill
 import pytest
 
-from lib import durable
-from lib.metrics import read_jsonl
+from lib.base import durable
+from lib.runs.records import read_jsonl
 from tests.notebook_run import execute, stream_text
 
 pytestmark = pytest.mark.notebook
@@ -89,7 +89,7 @@ def test_a_bug_keeps_its_traceback_and_the_switch_shows_a_user_errors_whole(tmp_
     (error,) = _error_outputs(tmp_path / "nb" / "local-fashion_mnist.ipynb")
     text = "".join(error["traceback"])
     assert err.ename == "ConfigError" and "EPOCHS=-1 must be > 0" in text
-    assert "Traceback (most recent call last)" in text and "lib/config.py" in text
+    assert "Traceback (most recent call last)" in text and "lib/training/config.py" in text
 
 
 def test_resume_new_starts_afresh_in_a_sub_folder_and_keeps_the_old_run(trained, tmp_path):
@@ -107,7 +107,7 @@ def test_a_corrupt_best_checkpoint_falls_back_and_says_so(trained, tmp_path):
     (run / "checkpoints" / "best.pt").write_bytes(b"not a checkpoint")
     text = stream_text(execute("fashion_mnist", "local", tmp_path / "nb", **params))
     assert (f"{run / 'checkpoints' / 'best.pt'} cannot be used (not a complete copy: 16 bytes "
-            "that differ from its completion marker's") in text  # lib/durable.py's marker
+            "that differ from its completion marker's") in text  # lib/base/durable.py's marker
     assert f"using the newest loadable checkpoint instead, {run / 'checkpoints'}" in text
     assert "weights_only" not in text
 

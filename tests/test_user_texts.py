@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lib import cli, params
-from lib.platforms import PLATFORMS
+from lib.cli import main as cli
+from lib.cli import params
+from lib.runtime.platforms import PLATFORMS
 
 ROOT = Path(__file__).resolve().parent.parent
 NUMBERS = {w: i for i, w in enumerate(
@@ -27,8 +28,9 @@ def user_texts() -> dict[str, str]:
     """README, the guides, the scaffold and its templates, the package description, and what
     `train-anywhere new` prints."""
     paths = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
-             ROOT / "lib" / "scaffold.py", *sorted((ROOT / "lib" / "templates").glob("*")),
-             ROOT / "lib" / "cli.py", *sorted((ROOT / "notebooks_src").glob("*.py"))]
+             ROOT / "lib" / "cli" / "new.py",
+             *sorted((ROOT / "lib" / "cli" / "templates").glob("*")),
+             ROOT / "lib" / "cli" / "main.py", *sorted((ROOT / "notebooks_src").glob("*.py"))]
     texts = {str(p.relative_to(ROOT)): p.read_text() for p in paths}
     texts["pyproject description"] = tomllib.loads(
         (ROOT / "pyproject.toml").read_text())["project"]["description"]
@@ -70,7 +72,7 @@ def test_the_guide_puts_data_on_scratch_not_on_drive_or_the_kaggle_output():
 
 
 def test_new_says_how_many_notebooks_it_renders(tmp_path, monkeypatch, capsys):
-    from lib import scaffold
+    from lib.cli import new as scaffold
 
     monkeypatch.setattr(scaffold, "new", lambda name: [])
     assert cli.main(["new", "my_experiment"]) == 0
@@ -101,8 +103,8 @@ def test_params_prints_every_comment_whole(workload, capsys):
 
 
 def test_the_device_line_names_folders_not_words(tmp_path):
-    from lib.clock import Clock
-    from lib.platforms import storage
+    from lib.runtime.clock import Clock
+    from lib.runtime.platforms import storage
     from lib.session import where_line
 
     line = where_line(Path("data"), Path("runs/x"), storage("local"), Clock(0.0, None))

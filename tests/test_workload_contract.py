@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lib import params, workloads
-from lib.platforms import PLATFORMS
+from lib import workloads
+from lib.cli import params
+from lib.runtime.platforms import PLATFORMS
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = workloads.names()
@@ -58,8 +59,8 @@ def test_no_code_outside_a_workload_names_one():
 def test_report_takes_the_headline_from_the_workload_the_folder_records(tmp_path):
     import json
 
-    from lib.metrics import write_jsonl
-    from lib.sweep.report import report
+    from lib.cli.sweep.report import report
+    from lib.runs.records import write_jsonl
 
     records = [{"epoch": 1, "train_loss": 1.0, "test_loss": 0.9, "test_Pd": 0.25,
                 "test_mIoU": 0.5, "device": "cpu"}]

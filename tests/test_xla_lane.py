@@ -12,8 +12,8 @@ pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
 from lib.data import fashion  # noqa: E402
-from lib.metrics import read_jsonl  # noqa: E402
 from lib.models.cnn import CNN, CNNConfig  # noqa: E402
+from lib.runs.records import read_jsonl  # noqa: E402
 from tests.notebook_run import execute, stream_text  # noqa: E402
 from tests.xla_checks import compiles_per_epoch, cpu_and_xla_outputs  # noqa: E402
 
@@ -62,11 +62,11 @@ import torch, torch_xla.debug.metrics as met
 from torch import nn
 from torch.utils.data import TensorDataset
 from lib.data.common import make_loader
-from lib.device import Probe, choose_device
-from lib.metrics import Accuracy
-from lib.platforms import get_platform
-from lib.run import Run
-from lib.train import Task, fit
+from lib.runtime.device import Probe, choose_device
+from lib.training.metrics import Accuracy
+from lib.runtime.platforms import get_platform
+from lib.runs.folder import RunFolder
+from lib.training.loop import Task, fit
 choice = choose_device("xla", get_platform("colab_tpu"), Probe(xla_installed=True), environ={{}})
 x, y = torch.randn(256, 10), torch.randint(0, 3, (256,))
 def transfers(steps, out):
@@ -77,7 +77,7 @@ def transfers(steps, out):
     tl = make_loader(TensorDataset(x, y), 16, choice, train=True, seed=0)
     el = make_loader(TensorDataset(x, y), 16, choice, train=False, seed=0)
     before = (met.metric_data("TransferFromDeviceTime") or [0])[0]
-    fit(task, tl, el, choice, Run(out, "t", {{}}, tensorboard=False, progress=False),
+    fit(task, tl, el, choice, RunFolder(out, "t", {{}}, tensorboard=False, progress=False),
         1, max_batches=steps)
     return (met.metric_data("TransferFromDeviceTime") or [0])[0] - before
 print(transfers(2, {str(tmp_path / 'a')!r}), transfers(8, {str(tmp_path / 'b')!r}))

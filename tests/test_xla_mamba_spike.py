@@ -21,8 +21,8 @@ pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
 from lib.data.events import build_datasets as event_datasets  # noqa: E402
-from lib.metrics import read_jsonl  # noqa: E402
 from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig  # noqa: E402
+from lib.runs.records import read_jsonl  # noqa: E402
 from tests.notebook_run import execute, stream_text  # noqa: E402
 from tests.xla_checks import compiles_per_epoch, cpu_and_xla_outputs  # noqa: E402
 

@@ -7,10 +7,10 @@ import torch
 pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
 
-from lib import xla  # noqa: E402
 from lib.data import fashion  # noqa: E402
 from lib.data.cifar import STATS  # noqa: E402
 from lib.data.on_device import Augment, DeviceLoader  # noqa: E402
+from lib.runtime import xla  # noqa: E402
 
 # (image shape, mean, std, training augmentation) as the workloads use them
 CASES = {

@@ -56,7 +56,7 @@ def user_env(**extra: str) -> dict[str, str]:
 def run(root: Path, *args: str, env: dict | None = None, timeout: float = 600,
         ) -> subprocess.CompletedProcess:
     """A command typed in the user's copy: `train-anywhere` is `python -m lib` (its console
-    script runs lib.cli:main), `python` the Python running the tests."""
+    script runs lib.cli.main:main), `python` the Python running the tests."""
     if args[0] == "train-anywhere":
         args = (sys.executable, "-m", "lib", *args[1:])
     elif args[0] == "python":

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
-from lib import xla
-from lib.checkpoint import to_cpu
-from lib.metrics import read_jsonl
+from lib.runs.checkpoints import to_cpu
+from lib.runs.records import read_jsonl
+from lib.runtime import xla
 
 
 def compiles_per_epoch(metrics: Path) -> list[int]:

@@ -14,6 +14,7 @@ import torch
 from torchvision import datasets
 from torchvision.transforms import v2
 
+from lib.base.errors import DataError, DataNotFound
 from lib.data.cifar_sample import write_cifar_sample
 from lib.data.classes import (  # noqa: F401  (re-exported: the readers' names)
     CIFAR10_CLASSES,
@@ -22,7 +23,6 @@ from lib.data.classes import (  # noqa: F401  (re-exported: the readers' names)
     CIFAR100_SUPERCLASSES,
 )
 from lib.data.label_noise import add_label_noise
-from lib.errors import DataError, DataNotFound
 
 NAMES = ("cifar10", "cifar100")
 # Per-channel mean and std of the training pixels (std over all pixels, not of image means).

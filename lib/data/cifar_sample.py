@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lib import atomic
+from lib.base import atomic
 from lib.data import samples
 from lib.data.classes import (
     CIFAR10_CLASSES,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from lib.device import DeviceChoice
-from lib.errors import DataError
+from lib.base.errors import DataError
+from lib.runtime.device import DeviceChoice
 
 _MIX = (0x9E3779B1, 0x85EBCA6B, 0xC2B2AE35)
 

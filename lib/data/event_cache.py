@@ -101,7 +101,7 @@ def warm_cache(*datasets, workers: int = 0, progress: bool = True, kept: Path | 
     (written under a temporary name, renamed when whole); the next call goes on after them.
     Before framing, the free space of the cache's disk is checked against an estimate.
     """
-    from lib import progress as progress_bar
+    from lib.base import progress as progress_bar
 
     framed = 0
     for cached in _packed_sets(datasets):

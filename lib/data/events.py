@@ -27,6 +27,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset, random_split
 
+from lib.base.errors import DataError, DataNotFound
 from lib.data import events_sample, packed, samples, space
 from lib.data.classes import CIFAR10DVS_CLASSES, DVSGESTURE_LIGHTING  # noqa: F401
 from lib.data.event_cache import (
@@ -35,7 +36,6 @@ from lib.data.event_cache import (
     prepared,
     warm_cache,  # noqa: F401
 )
-from lib.errors import DataError, DataNotFound
 
 NAMES = ("nmnist", "dvsgesture", "cifar10dvs")
 TONIC_CLASSES = {"nmnist": tonic.datasets.NMNIST, "dvsgesture": tonic.datasets.DVSGesture,

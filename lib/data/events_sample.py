@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lib import atomic
+from lib.base import atomic
 from lib.data import samples
 from lib.data.classes import CIFAR10DVS_CLASSES, DVSGESTURE_LIGHTING
 

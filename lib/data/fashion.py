@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from torchvision import datasets, transforms
 
-from lib import atomic
+from lib.base import atomic
+from lib.base.errors import DataError, DataNotFound
 from lib.data import samples
-from lib.errors import DataError, DataNotFound
 
 CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
            "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")

@@ -24,7 +24,7 @@ import torchvision.transforms.functional as TF
 from PIL import Image, ImageFilter, ImageOps
 from torch.utils.data import Dataset
 
-from lib.errors import DataError, DataNotFound
+from lib.base.errors import DataError, DataNotFound
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from lib.errors import DataError
+from lib.base.errors import DataError
 
 NOISE_MODES = ("symmetric", "asymmetric")
 _STREAM = 0x4C4E  # keeps the noise stream apart from any other use of the same seed

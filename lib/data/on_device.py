@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from lib.base.errors import DataError
 from lib.data.common import EpochSampler, sample_seed
-from lib.errors import DataError
 
 AUGMENT_STREAM = -2  # sample_seed(seed, epoch, -2) seeds the epoch's augmentation draws
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lib import atomic, durable
+from lib.base import atomic, durable
 
 FORMAT_VERSION = 1
 SHARD_BYTES = 128 * 2**20  # tens to hundreds of MB a shard: few opens, a cheap lost shard

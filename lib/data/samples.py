@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lib import atomic
+from lib.base import atomic
 
 NOTE = "synthetic sample"  # beside every number computed from a sample (rows, tables, titles)
 # Bump a dataset family's version whenever its generator changes what it writes.

@@ -7,7 +7,7 @@ user learns hours in unless the numbers are compared first. `shutil.disk_usage` 
 FUSE mount reports the account's quota as the mount's size, so the same check covers it.
 
 On SageMaker Studio Lab the persistent home is a 15 GB quota that conda environments and pip
-installs share (lib/clouds.py): there the room is the quota less what the home holds, or the
+installs share (lib/runtime/clouds.py): there the room is the quota less what the home holds, or the
 disk's free space if smaller, and the line says so with Studio Lab's fix.
 """
 
@@ -17,8 +17,8 @@ import os
 import shutil
 from pathlib import Path
 
-from lib import clouds
-from lib.errors import UserError
+from lib.base.errors import UserError
+from lib.runtime import clouds
 
 MARGIN = 256 * 2**20  # left free beyond the estimate: logs, checkpoints, the OS
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import nn
 
-from lib.errors import ConfigError
+from lib.base.errors import ConfigError
 
 ScanFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

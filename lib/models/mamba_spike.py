@@ -15,7 +15,7 @@ from einops import rearrange
 from snntorch import surrogate
 from torch import nn
 
-from lib.errors import ConfigError
+from lib.base.errors import ConfigError
 from lib.models.mamba import SCANS, MambaBlock, MambaConfig
 
 PRESETS: dict[str, dict] = {

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lib.errors import ConfigError
+from lib.base.errors import ConfigError
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from torch import nn
 from torchvision.models.resnet import BasicBlock, ResNet
 
-from lib.errors import ConfigError
+from lib.base.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ A workload NAME is two files, and nothing else in the repository names it:
     lib/workloads/NAME.py   the module; its docstring's first line is the workload's title, and
                             its `WORKLOAD = Workload(...)` is its public face:
 
-    config     its `lib.config.RunConfig` subclass: one field per parameter (`LR` -> `lr`),
+    config     its `lib.training.config.RunConfig` subclass: one field per parameter (`LR` -> `lr`),
                `validate()` for its own checks, and the class settings `WORKLOAD` (= NAME),
                `BATCH_SIZES` (default batch per device, per accelerator), `COMPILE_AUTO`
                (whether COMPILE = "auto" compiles, per device type), `GRID` (OUT_DIR holds one
@@ -15,7 +15,8 @@ A workload NAME is two files, and nothing else in the repository names it:
     datasets   datasets(s) -> (train_set, test_set, info): the data in `s.data_dir`; with
                SAMPLE_DATA the offline sample, written there first in the data's real format.
     train      train(s) -> history: the task (model, loss, optimiser, metrics: a
-               `lib.train.Task`) trained by `s.fit`, resuming from OUT_DIR's newest checkpoint.
+               `lib.training.loop.Task`) trained by `s.fit`, resuming from OUT_DIR's newest
+               checkpoint.
                It is what `lib.launch.launch` runs on every device; a GRID workload's notebook
                trains its cells with it.
     headline   the metric a run ends with, as metrics.jsonl names it ("test_accuracy"): what
@@ -24,10 +25,10 @@ A workload NAME is two files, and nothing else in the repository names it:
                OUT_DIR (cfg None: all of them); `report` and `sweep` print it.
     tiny       parameters that make a SMOKE run on SAMPLE_DATA smaller still, for the lanes
                that run every notebook through XLA on a CPU (tests/test_image_lanes.py).
-    demo       True for the one workload `make demo` runs (lib.demo).
+    demo       True for the one workload `make demo` runs (lib.cli.demo).
 
 `names()` finds workloads by listing this package (no import), `get(NAME)` imports one.
-`train-anywhere new NAME` writes a workload that follows this contract (lib/scaffold.py).
+`train-anywhere new NAME` writes a workload that follows this contract (lib/cli/new.py).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ PACKAGE = Path(__file__).resolve().parent
 class Workload:
     """A workload's public face (see the module docstring for each field's contract)."""
 
-    config: type  # a lib.config.RunConfig subclass whose WORKLOAD is the module's name
+    config: type  # a lib.training.config.RunConfig subclass whose WORKLOAD is the module's name
     datasets: Callable[[Any], tuple]
     train: Callable[[Any], list[dict]]
     headline: str

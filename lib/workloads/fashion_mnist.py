@@ -8,14 +8,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lib import experiment
-from lib.config import ConfigError, RunConfig
+from lib.base.errors import how_to_set
 from lib.data import fashion
-from lib.errors import how_to_set
-from lib.metrics import Accuracy
 from lib.models.cnn import CNN, CNNConfig
+from lib.runs import identity as experiment
 from lib.session import Session
-from lib.train import Task
+from lib.training.config import ConfigError, RunConfig
+from lib.training.loop import Task
+from lib.training.metrics import Accuracy
 from lib.workloads import Workload
 
 
@@ -26,7 +26,7 @@ class FashionConfig(RunConfig):
     WORKLOAD = "fashion_mnist"
     BATCH_SIZES = {"cuda": 256, "xla": 512, "mps": 128}
     # Measured on the CPU: 0.66x eager (never repaid). CUDA: 14 epochs of seconds each do not
-    # repay a compile (lib/compile.py).
+    # repay a compile (lib/runtime/compile.py).
     COMPILE_AUTO = {"cpu": False, "cuda": False}
 
     epochs: int = 14
@@ -78,7 +78,7 @@ def results_table(scores: dict, best: dict, history: list[dict], sample: bool,
                   run_dir: Path | None = None) -> str:
     """Markdown table: the best checkpoint's and the last epoch's test accuracy, and which
     data they were measured on; with `run_dir`, the sessions that trained it (where, on
-    what, which epochs: `lib.experiment.sessions_table`)."""
+    what, which epochs: `lib.runs.identity.sessions_table`)."""
     data = "synthetic sample" if sample else "Fashion-MNIST"
     rows = ["| | test accuracy (%) | data |", "|---|---|---|",
             f"| best checkpoint (epoch {best['position'][0]}) | "

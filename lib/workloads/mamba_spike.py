@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import Subset
 
-from lib.config import ConfigError, RunConfig
+from lib.base.errors import how_to_set
 from lib.data.events import (
     NAMES,
     OFFICIAL_TIME_BINS,
@@ -32,8 +32,6 @@ from lib.data.events import (
 from lib.data.events import (
     build_datasets as event_datasets,
 )
-from lib.errors import how_to_set
-from lib.metrics import Accuracy, ConfusionMatrix
 from lib.models.mamba_spike import (
     PRESETS,
     MambaSpike,
@@ -43,10 +41,12 @@ from lib.models.mamba_spike import (
     firing_rates,
     parameter_count,
 )
-from lib.platforms import PLATFORMS
 from lib.plots import image_grid
+from lib.runtime.platforms import PLATFORMS
 from lib.session import Session
-from lib.train import Task, evaluate_on
+from lib.training.config import ConfigError, RunConfig
+from lib.training.loop import Task, evaluate_on
+from lib.training.metrics import Accuracy, ConfusionMatrix
 from lib.workloads import Workload
 
 BATCH_SCALE = {"nmnist": 2.0, "dvsgesture": 1.0, "cifar10dvs": 0.5}  # official 32 / 16 / 8
@@ -81,7 +81,7 @@ class MambaSpikeRunConfig(RunConfig):
     BATCH_SIZES = {"cuda": 16, "xla": 32, "mps": 8}  # DVS Gesture's; scaled per DATASET
     # CPU, measured: 1.56x / 1.50x / 1.53x at T = 20 / 60 / 300, compiling in 186 / 451 /
     # 2,346 s: at T = 300, batch 8, repaid in ~1,350 steps, a fifth of one N-MNIST epoch: on.
-    # CUDA: off (compile time grows with T and is paid again every session; lib/compile.py).
+    # CUDA: off (compile time grows with T and is paid again every session; lib/runtime/compile.py).
     COMPILE_AUTO = {"cpu": True, "cuda": False}
 
     epochs: int = 100

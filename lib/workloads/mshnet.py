@@ -14,17 +14,17 @@ from pathlib import Path
 
 import torch
 
-from lib.config import ConfigError, RunConfig
+from lib.base.errors import DataError, DataNotFound
 from lib.data.irstd import PAPER_RESULTS, find_layout, overlay
 from lib.data.irstd import build_datasets as irstd_datasets
-from lib.errors import DataError, DataNotFound
 from lib.losses.sls import OFFICIAL_WARM_EPOCH, WARMUP_RULES, SLSLoss, warmup_length
-from lib.metrics_seg import SegMetrics, select_prediction
 from lib.models.mshnet import MSHNet, MSHNetConfig
-from lib.platforms import PLATFORMS, input_roots, storage
 from lib.plots import image_grid
+from lib.runtime.platforms import PLATFORMS, input_roots, storage
 from lib.session import Session
-from lib.train import Task, evaluate_on
+from lib.training.config import ConfigError, RunConfig
+from lib.training.loop import Task, evaluate_on
+from lib.training.metrics_seg import SegMetrics, select_prediction
 from lib.workloads import Workload
 
 PAPER_SIZE = 256  # base and crop size of the paper
@@ -37,7 +37,8 @@ OFFICIAL = {"epochs": 400, "lr": 0.05, "batch_size": 4, "warm_epochs": OFFICIAL_
 def data_dir(runtime: str, sample: bool, default: Path) -> Path:
     """DATA_DIR when the notebook leaves it None.
 
-    The dataset is what the user attached (`lib.platforms.storage(...).inputs`: /kaggle/input
+    The dataset is what the user attached (`lib.runtime.platforms.storage(...).inputs`:
+    /kaggle/input
     in either Kaggle layout, Drive's train-anywhere/data on Colab): the first such folder
     holding an IRSTD layout. Not found: /kaggle/input on Kaggle (whose error then says what
     was expected), else `default`. The sample goes to `default` (scratch): inputs are
@@ -63,7 +64,8 @@ class MSHNetRunConfig(RunConfig):
     BATCH_SIZES = {"cuda": 8, "xla": 16, "mps": 4}
     # CPU, measured: 1.05x (rounds 0.90-1.18: no clear gain); even at face value it saves
     # 0.19 s of a 3.9 s step, so its 358 s compile takes ~1,900 steps (~10 IRSTD-1k epochs) to
-    # repay: off. CUDA: on, a judgement (400 epochs repay minutes of compiling; lib/compile.py).
+    # repay: off. CUDA: on, a judgement (400 epochs repay minutes of compiling;
+    # lib/runtime/compile.py).
     COMPILE_AUTO = {"cpu": False, "cuda": True}
 
     epochs: int = 400

@@ -1,11 +1,11 @@
 """Optimizer study: ResNet-18 on CIFAR-10/100 under label noise, OPTIMIZERS x SEEDS runs.
 
-Every run of the grid is an ordinary training run (`lib.train.fit`: resume, checkpoints,
+Every run of the grid is an ordinary training run (`lib.training.loop.fit`: resume, checkpoints,
 metrics.jsonl, TensorBoard) in its own folder `OUT_DIR/<dataset>-<optimizer>-seed<s>-<noise>/`
-(`lib.study`). A finished run leaves `DONE.json` and is skipped when the notebook runs again;
+(`lib.study.grid`). A finished run leaves `DONE.json` and is skipped when the notebook runs again;
 an interrupted one resumes from its newest checkpoint. For one seed, every optimizer trains
 on the same noisy labels, the same initial weights and the same batch order: only the update
-rule differs. Per-optimizer learning rates and weight decays are in `lib.optim.OPTIMIZERS`.
+rule differs. Per-optimizer learning rates and weight decays are in `lib.training.optim.OPTIMIZERS`.
 """
 
 from __future__ import annotations
@@ -18,28 +18,28 @@ import torch
 from torch import nn
 
 from lib import session
-from lib.config import ConfigError, RunConfig
+from lib.base.progress import format_hours
 from lib.data.cifar import STATS, check_name, example_grid
 from lib.data.cifar import build_datasets as cifar_datasets
 from lib.data.label_noise import NOISE_MODES
 from lib.data.on_device import Augment
 from lib.launch import launch
-from lib.metrics import Accuracy
 from lib.models.resnet import CifarResNet18, ResNetConfig
-from lib.optim import (
+from lib.plots import image_grid
+from lib.runs.folder import STOPPED
+from lib.runtime.platforms import PLATFORMS
+from lib.session import Session
+from lib.study.grid import GridCell, finish_run, plan_runs, read_marker, run_status
+from lib.training.config import ConfigError, RunConfig
+from lib.training.loop import Task
+from lib.training.metrics import Accuracy
+from lib.training.optim import (
     OPTIMIZERS,
     check_optimizer_name,
     make_optimizer,
     resolved_hparams,
     warmup_cosine,
 )
-from lib.platforms import PLATFORMS
-from lib.plots import image_grid
-from lib.progress import format_hours
-from lib.run import STOPPED
-from lib.session import Session
-from lib.study import GridCell, finish_run, plan_runs, read_marker, run_status
-from lib.train import Task
 from lib.workloads import Workload
 
 DEFAULT_SEEDS = [0, 1, 2]
@@ -59,7 +59,7 @@ class OptimizerStudyConfig(RunConfig):
     GRID = True  # OUT_DIR holds one run folder per (optimizer, seed)
     SCHEDULE_SPANS_EPOCHS = True  # warm-up + cosine over all EPOCHS
     # CPU, measured: ResNet-18 0.94x eager, never repaid. CUDA: on, a judgement (200 epochs
-    # per run repay minutes of compiling; lib/compile.py).
+    # per run repay minutes of compiling; lib/runtime/compile.py).
     COMPILE_AUTO = {"cpu": False, "cuda": True}
 
     epochs: int = 200  # the study design: 200 epochs per run
@@ -266,7 +266,7 @@ def noisy_examples(dataset, name: str, n: int = 16, path: Path | None = None,
 def summary(out_dir: Path, cfg: OptimizerStudyConfig | None = None) -> str:
     """The study's table of every finished run in `out_dir` (at cfg's dataset and noise, all
     of them without cfg), with the files it wrote (results.csv, summary.md, figures)."""
-    from lib.study_plots import report
+    from lib.study.plots import report
 
     where = (cfg.dataset, cfg.noise_mode, cfg.label_noise) if cfg else (None, None, None)
     rep = report(out_dir, *where)
