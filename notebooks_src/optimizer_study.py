@@ -92,7 +92,7 @@ rows = optimizer_study.train_grid(s)
 
 # %%
 from lib.bootstrap import show_tensorboard
-from lib.study.plots import report
+from lib.study.figures import report
 
 study = report(s.out_dir, cfg.dataset, cfg.noise_mode, cfg.label_noise, sample=cfg.sample_data)
 if cfg.sample_data:

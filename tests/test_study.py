@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from lib.runs.records import read_jsonl
+from lib.study.figures import curve_stats, report
 from lib.study.grid import (
     RESULTS,
     GridCell,
@@ -26,7 +27,6 @@ from lib.study.grid import (
     summarise,
     write_results,
 )
-from lib.study.plots import curve_stats, report
 
 
 def _history(accs, seconds=10.0):

@@ -1,3 +1,3 @@
 """The optimizer study's grid kit: the grid's cells and their markers (`grid`) and its
-results figures (`plots`).
+results figures (`figures`).
 """

@@ -266,7 +266,7 @@ def noisy_examples(dataset, name: str, n: int = 16, path: Path | None = None,
 def summary(out_dir: Path, cfg: OptimizerStudyConfig | None = None) -> str:
     """The study's table of every finished run in `out_dir` (at cfg's dataset and noise, all
     of them without cfg), with the files it wrote (results.csv, summary.md, figures)."""
-    from lib.study.plots import report
+    from lib.study.figures import report
 
     where = (cfg.dataset, cfg.noise_mode, cfg.label_noise) if cfg else (None, None, None)
     rep = report(out_dir, *where)
