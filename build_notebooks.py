@@ -15,12 +15,16 @@ Output is byte-stable (fixed cell ids, no timestamps, no outputs).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
+import shutil
 import sys
 import tomllib
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -76,6 +80,10 @@ CLOUD_BADGES = {
               "https://modal.com/notebooks/new/{blob}"),
 }
 _PLATFORM_LINE = re.compile(r"^PLATFORM = .*$", re.MULTILINE)
+# Notebook metadata: what the build wrote (source, platform, "id hash" of each cell in order),
+# to tell a user's edit from its own (the last sections below).
+RECORD = "train_anywhere"
+COPY = re.compile(r"^\w+\.(edited|executed)(-\d+)?\.ipynb$")  # the copies a build keeps
 
 
 def settings(pyproject: Path = ROOT / "pyproject.toml") -> dict:
@@ -126,13 +134,17 @@ def badge(platform: Platform, cfg: dict, path: str) -> str:
     return f"[![{verb}]({image})]({link})"
 
 
-def header_cell(workload: str, platform: Platform, cfg: dict) -> str:
+def header_cell(workload: str, platform: Platform, cfg: dict, legacy: bool = False) -> str:
+    """The first cell; `legacy`: as renderers before the edit record wrote it."""
     path = f"notebooks/{platform.name}/{workload}.ipynb"
+    advice = (" Edit the source, not this notebook: the next build overwrites it." if legacy else
+              f" Edit the source; an edit made here is kept by the next build, and `python "
+              f"build_notebooks.py --carry-back {path}` carries it back to the source.")
     return (
         f"{badge(platform, cfg, path)}\n\n"
         f"**Generated** by `build_notebooks.py` from `notebooks_src/{workload}.py` for "
         f"**{platform.title}** ({platform.gpu}{'; ' + platform.status if platform.status else ''})."
-        " Edit the source, not this notebook: the next build overwrites it."
+        f"{advice}"
     )
 
 
@@ -224,8 +236,9 @@ def _metadata(platform: Platform) -> dict:
     return meta
 
 
-def render(source: Path, platform: Platform, cfg: dict) -> str:
-    """The notebook JSON text for `source` on `platform`."""
+def render(source: Path, platform: Platform, cfg: dict, legacy: bool = False) -> str:
+    """The notebook JSON text for `source` on `platform`, with the record of its cells (`legacy`:
+    as renderers before the record wrote it)."""
     workload = source.stem
     nb = jupytext.read(source, fmt="py:percent")
     params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
@@ -242,13 +255,17 @@ def render(source: Path, platform: Platform, cfg: dict) -> str:
     at = nb.cells.index(params[0]) + 1
     boot = nbformat.v4.new_code_cell(BOOTSTRAP.format(**cfg, **KAGGLE_CLONE),
                                      metadata=bootstrap_metadata(platform))
-    cells = [nbformat.v4.new_markdown_cell(header_cell(workload, platform, cfg)),
+    cells = [nbformat.v4.new_markdown_cell(header_cell(workload, platform, cfg, legacy)),
              *nb.cells[:at], boot, *nb.cells[at:]]
     for i, cell in enumerate(cells):
         cell.id = f"{workload[:40]}-{i:02d}"
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    out = nbformat.v4.new_notebook(cells=cells, metadata=_metadata(platform))
+    meta = _metadata(platform)
+    if not legacy:  # what this build wrote, cell by cell: a later build tells an edit from it
+        meta[RECORD] = {"source": f"notebooks_src/{source.name}", "platform": platform.name,
+                        "cells": [f"{cell.id} {cell_hash(cell)}" for cell in cells]}
+    out = nbformat.v4.new_notebook(cells=cells, metadata=meta)
     out.nbformat_minor = 5
     nbformat.validate(out)
     return nbformat.writes(out, version=4) + "\n"
@@ -349,38 +366,342 @@ def expected_files(root: Path = ROOT, cfg: dict | None = None) -> dict[Path, str
     return files
 
 
+# ---- a notebook a user changed ------------------------------------------------------------
+# A rendered notebook records, per cell, a hash of what a user writes in it. A build rewrites a
+# notebook only when its cells are the ones a build wrote: an edit is kept (and carried back to
+# the source on request), and a run's outputs are never deleted without a copy kept beside them.
+
+def cell_hash(cell) -> str:
+    """What a user writes in a cell, hashed: its type, source (trailing newlines aside) and
+    tags. Outputs, execution counts and what a front end adds to its metadata are not edits."""
+    tags = cell.get("metadata", {}).get("tags", [])
+    text = json.dumps([cell["cell_type"], cell["source"].rstrip("\n"), tags])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _injected(cell) -> bool:
+    """papermill's injected-parameters cell belongs to a run, like outputs: it is no edit."""
+    return "injected-parameters" in cell.get("metadata", {}).get("tags", [])
+
+
+def has_outputs(nb) -> bool:
+    return any(_injected(c) or c.cell_type == "code" and (
+        c.get("outputs") or c.get("execution_count") is not None) for c in nb.cells)
+
+
+def matched_cells(nb, record: dict[str, str]) -> list[tuple[str | None, Any]]:
+    """(the id the build gave it, None for a cell added since; cell) for each cell of `nb`: by
+    id (JupyterLab keeps nbformat 4.5 ids), by position where a tool dropped every id."""
+    cells = [c for c in nb.cells if not _injected(c)]
+    ids = [c.get("id") for c in cells]
+    if not set(ids) & set(record) and len(cells) == len(record):
+        return list(zip(record, cells, strict=True))
+    return [(i if i in record else None, c) for i, c in zip(ids, cells, strict=True)]
+
+
+def edits(nb, record: dict[str, str], fresh: dict[str, str]) -> list[str]:
+    """How `nb`'s cells differ from what a build wrote (`record`: id -> cell_hash, in order),
+    a few words each. A cell as this build writes it (`fresh`) is no edit: nothing is lost."""
+    matched = matched_cells(nb, record)
+    found = [f"cell {n} {'is new' if rid is None else 'changed'}"
+             for n, (rid, cell) in enumerate(matched, 1)
+             if rid is None or cell_hash(cell) not in (record[rid], fresh.get(rid))]
+    present = [rid for rid, _ in matched if rid]
+    found += [f"cell {rid} deleted" for rid in record if rid not in present and rid in fresh]
+    if present != [rid for rid in record if rid in present]:
+        found.append("cells moved")
+    return found
+
+
+def record_of(nb, legacy: Callable[[], str]) -> dict[str, str]:
+    """The cells a build wrote into `nb`, from its record; for a notebook rendered before
+    records were written, those of `legacy()`, the text the previous renderer wrote."""
+    if RECORD in nb.metadata:
+        return dict(line.split() for line in nb.metadata[RECORD]["cells"])
+    return {c.id: cell_hash(c) for c in nbformat.reads(legacy(), as_version=4).cells}
+
+
+def notebook_state(path: Path, expected: str, legacy: Callable[[], str]) -> tuple[str, list]:
+    """(state, what differs) of the notebook at `path`, whose rendering is now `expected`:
+    current; stale (the build's own cells: rewrite it); executed (outputs of a run in place,
+    cells current); executed-stale (outputs, cells out of date); edited; unreadable."""
+    text = path.read_text()
+    if text == expected:
+        return "current", []
+    try:
+        nb = nbformat.reads(text, as_version=4)
+    except (ValueError, KeyError, TypeError) as exc:  # a merge conflict, a truncated save
+        return "unreadable", [f"not a notebook nbformat can read: {type(exc).__name__}"]
+    ran = has_outputs(nb)
+    fresh = {c.id: cell_hash(c) for c in nbformat.reads(expected, as_version=4).cells}
+    if [cell_hash(c) for c in nb.cells if not _injected(c)] == list(fresh.values()):
+        return ("executed" if ran else "stale"), []
+    if found := edits(nb, record_of(nb, legacy), fresh):
+        return "edited", found + (["outputs of a run"] if ran else [])
+    return ("executed-stale" if ran else "stale"), []
+
+
+def file_states(root: Path, cfg: dict, expected: dict[Path, str]) -> dict[Path, tuple]:
+    """notebook_state of every generated file (missing, current or stale for the others)."""
+    states = {}
+    for path, text in expected.items():
+        if not path.exists():
+            states[path] = ("missing", [])
+        elif path.suffix == ".ipynb":
+            src, platform = root / "notebooks_src" / f"{path.stem}.py", PLATFORMS[path.parent.name]
+            states[path] = notebook_state(path, text, lambda s=src, p=platform: render(
+                s, p, cfg, legacy=True))
+        else:
+            states[path] = ("current" if path.read_text() == text else "stale", [])
+    return states
+
+
+def keep_copy(path: Path, kind: str) -> Path:
+    """`path` copied beside it as NAME.<kind>.ipynb (NAME.<kind>-2.ipynb, ... when taken)."""
+    name, n = path.name.split(".")[0], 1
+    dest = path.with_name(f"{name}.{kind}.ipynb")
+    while dest.exists():
+        n += 1
+        dest = path.with_name(f"{name}.{kind}-{n}.ipynb")
+    shutil.copy2(path, dest)
+    return dest
+
+
+def _rel(path: Path, root: Path) -> Path:
+    path = path.resolve()
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
 def stale_files(root: Path = ROOT) -> list[str]:
-    """Generated files that are missing, differ, or are left over from a removed source."""
-    expected = expected_files(root)
-    problems = [f"{p.relative_to(root)}: {'stale' if p.exists() else 'missing'}"
-                for p, text in expected.items() if not p.exists() or p.read_text() != text]
+    """Generated files that are missing, differ, carry outputs or edits, or are left over from
+    a removed source: one line each, with what to run."""
+    cfg = settings(root / "pyproject.toml")
+    expected = expected_files(root, cfg)
+    problems = []
+    for path, (state, found) in file_states(root, cfg, expected).items():
+        rel = path.relative_to(root)
+        if state in ("missing", "stale"):
+            problems.append(f"{rel}: {state}")
+        elif state.startswith("executed"):
+            problems.append(f"{rel}: carries outputs (run in place): clean it with `python "
+                            f"build_notebooks.py --force {rel}` (it keeps your executed copy "
+                            "beside it)")
+        elif state == "edited":
+            problems.append(f"{rel}: edited by hand ({'; '.join(found)}): `python "
+                            f"build_notebooks.py --carry-back {rel}` carries the edits to the "
+                            f"source, `--force {rel}` keeps a copy and renders it afresh")
+        elif state == "unreadable":
+            problems.append(f"{rel}: {found[0]}: `python build_notebooks.py --force {rel}` "
+                            "keeps it as a copy beside it and renders it afresh")
     generated = set(expected)
     for p in sorted((root / "notebooks").rglob("*")):
         if p.is_file() and p.suffix in (".ipynb", ".json") and p not in generated \
-                and ".ipynb_checkpoints" not in p.parts:  # Jupyter's autosaves of a notebook
+                and ".ipynb_checkpoints" not in p.parts \
+                and not COPY.match(p.name):  # Jupyter's autosaves, the copies a build kept
             problems.append(f"{p.relative_to(root)}: not generated from any source (remove it)")
     return problems
 
 
-def main(argv: list[str] | None = None) -> int:
+def _one_or_all(paths: list[Path]) -> tuple[str, str]:
+    """(the paths, comma-separated; the one path, or NOTEBOOK for a command's argument)."""
+    return ", ".join(map(str, paths)), str(paths[0]) if len(paths) == 1 else "NOTEBOOK"
+
+
+def build(root: Path = ROOT, force: list[Path] | None = None) -> int:
+    """Write every generated file that is missing or out of date. A notebook edited by hand,
+    or run in place with its cells current, is kept as it is and named; `force` (paths; empty:
+    all) renders those too, a copy of each kept beside it first. Outputs of a run in a
+    notebook whose cells are out of date are kept as a copy beside it, and it is rendered."""
+    cfg = settings(root / "pyproject.toml")
+    expected = expected_files(root, cfg)
+    wanted = {p.resolve() for p in force or []}
+    for path in sorted(wanted - set(expected)):
+        raise SystemExit(f"--force {path}: not a notebook this build renders; expected "
+                         "notebooks/<platform>/<workload>.ipynb of a source in notebooks_src/")
+    kept, left = [], []
+    for path, (state, _) in file_states(root, cfg, expected).items():
+        rel, forced = path.relative_to(root), force is not None and (not force or path in wanted)
+        if state == "current":
+            continue
+        if state in ("edited", "unreadable", "executed") and not forced:
+            (left if state == "executed" else kept).append(rel)
+            continue
+        note = ""
+        if state not in ("missing", "stale"):  # the user's notebook first, beside it
+            kind = "executed" if state.startswith("executed") else "edited"
+            note = f" (your {kind} notebook kept as {keep_copy(path, kind).relative_to(root)})"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(expected[path])
+        print(f"wrote {rel}{note}")
+    if kept:
+        names, one = _one_or_all(kept)
+        print(f"kept {len(kept)} notebook(s) edited by hand as they are: {names}. `python "
+              f"build_notebooks.py --carry-back {one}` carries the edits to the source and "
+              f"renders every platform from it; `python build_notebooks.py --force {one}` keeps "
+              "a copy beside it and renders it afresh")
+    if left:
+        names, one = _one_or_all(left)
+        print(f"left {len(left)} notebook(s) run in place as they are (their cells are current: "
+              f"rendering would only delete the outputs): {names}. Before committing, `python "
+              f"build_notebooks.py --force {one}` keeps the executed copy beside it and renders "
+              "it clean")
+    return 0
+
+
+# ---- carrying a notebook's edits back to its source -----------------------------------------
+
+def _label(n: int, cell) -> str:
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+    return f"cell {n} ({first[:40]!r})"
+
+
+def write_source(src: Path, nb) -> str:
+    """`nb` as percent text, written by jupytext, under `src`'s own header (jupytext's YAML
+    block, kept as it is: no version lines added), so a carried cell is the only change."""
+    old = src.read_text()
+    fmt = {"extension": ".py", "format_name": "percent", "notebook_metadata_filter": "-all"}
+    body = jupytext.writes(jupytext.reads(old, fmt="py:percent"), fmt=fmt)
+    if not old.endswith(body):  # the source is not as jupytext writes it: jupytext's header
+        return jupytext.writes(nb, fmt="py:percent")
+    return old[:len(old) - len(body)] + jupytext.writes(nb, fmt=fmt)
+
+
+def _carried(cell, old, problems: list[str], label: str, platform_line: str):
+    """`cell` (a notebook's) as the source cell replacing `old`: the parameters cell keeps the
+    source's PLATFORM line; the source's cell metadata is kept, the notebook's tags taken."""
+    text = cell.source
+    if "parameters" in old.metadata.get("tags", []):
+        mine = _PLATFORM_LINE.search(text)
+        if mine is None:
+            problems.append(f"{label}: the parameters cell lost its `PLATFORM = ...` line: put "
+                            "it back, then carry again")
+            return None
+        if mine.group(0) != platform_line:
+            problems.append(f"{label}: PLATFORM is written into each notebook by the build: "
+                            "that line is not carried, the rest of the cell is")
+        theirs = _PLATFORM_LINE.search(old.source).group(0)
+        text = _PLATFORM_LINE.sub(lambda _: theirs, text, count=1)
+    make = {"code": nbformat.v4.new_code_cell, "markdown": nbformat.v4.new_markdown_cell,
+            "raw": nbformat.v4.new_raw_cell}[cell.cell_type]
+    new = make(text, metadata={k: v for k, v in old.metadata.items() if k != "tags"})
+    if cell.get("metadata", {}).get("tags"):
+        new.metadata["tags"] = list(cell.metadata["tags"])
+    return new
+
+
+def carry_back(notebook: Path, root: Path = ROOT) -> int:
+    """Write the cells changed in `notebook` (a rendered notebook a user edited) into its
+    source, notebooks_src/<workload>.py, then build every platform from it. Cells carried:
+    the parameters, markdown and code cells that map one to one onto the source and are
+    unchanged there since the notebook was rendered; every other edit is one line naming the
+    cell (exit 1). The generated header and bootstrap cells are never carried."""
+    path = notebook.resolve()
+    if not path.is_file() or path.suffix != ".ipynb":
+        raise SystemExit(f"--carry-back {notebook}: no such notebook; expected a notebook "
+                         "this project rendered, notebooks/<platform>/<workload>.ipynb")
+    try:
+        nb = jupytext.read(path)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--carry-back {notebook}: not a notebook nbformat can read "
+                         f"({type(exc).__name__}); open it in Jupyter and save it, or carry "
+                         "the edits by hand") from None
+    rec = nb.metadata.get(RECORD, {})
+    workload = Path(rec.get("source", path.name.split(".")[0])).stem
+    name = rec.get("platform", path.parent.name)
+    src = root / "notebooks_src" / f"{workload}.py"
+    if not src.is_file() or name not in PLATFORMS:
+        raise SystemExit(f"--carry-back {notebook}: no source notebooks_src/{workload}.py or "
+                         f"no platform {name!r}: expected a notebook this project rendered, "
+                         "notebooks/<platform>/<workload>.ipynb")
+    platform, cfg, src_rel = PLATFORMS[name], settings(root / "pyproject.toml"), _rel(src, root)
+    fresh = nbformat.reads(render(src, platform, cfg), as_version=4)
+    record = record_of(nb, lambda: render(src, platform, cfg, legacy=True))
+    params = next(i for i, c in enumerate(fresh.cells) if "parameters" in c.metadata.get(
+        "tags", []))
+    generated = {fresh.cells[0].id: "header", fresh.cells[params + 1].id: "bootstrap"}
+    to_source = {c.id: k for k, c in enumerate(c for c in fresh.cells if c.id not in generated)}
+    now = {c.id: cell_hash(c) for c in fresh.cells}
+    source = jupytext.read(src, fmt="py:percent")
+    platform_line = _PLATFORM_LINE.search(fresh.cells[params].source).group(0)
+    carried, problems = [], []
+    matched = matched_cells(nb, record)
+    for n, (rid, cell) in enumerate(matched, 1):
+        label = _label(n, cell)
+        if rid is None:
+            problems.append(f"{label}: added here, so it has no place in {src_rel}: add it "
+                            "there by hand")
+        elif cell_hash(cell) in (record[rid], now.get(rid)):  # unchanged, or the source's already
+            continue
+        elif rid in generated:
+            problems.append(f"{label}: the generated {generated[rid]} cell is never carried: "
+                            "undo the edit, or keep a copy and render afresh with --force")
+        elif now.get(rid) != record[rid] or rid not in to_source:
+            problems.append(f"{label}: {src_rel} changed this cell since the notebook was "
+                            "rendered: carry the edit by hand")
+        elif (new := _carried(cell, source.cells[to_source[rid]], problems, label,
+                              platform_line)) is not None:
+            source.cells[to_source[rid]] = new
+            carried.append((to_source[rid], label))
+    present = [rid for rid, _ in matched if rid]
+    problems += [f"cell {rid}: deleted here; delete it from {src_rel} by hand (a deletion is "
+                 "not carried)" for rid in record if rid not in present and rid in now]
+    if present != [rid for rid in record if rid in present]:
+        problems.append(f"cells were moved here: move them in {src_rel} by hand (a move is not "
+                        "carried)")
+    text = write_source(src, source) if carried else ""
+    back = jupytext.reads(text, fmt="py:percent") if carried else None
+    for k, label in carried:  # jupytext reads it back as it was carried, or nothing is written
+        if len(back.cells) != len(source.cells) or cell_hash(back.cells[k]) != cell_hash(
+                source.cells[k]):
+            raise SystemExit(f"{label}: {src_rel} would not read back as this cell (a `# %%` "
+                             "line splits it?): nothing carried; carry it by hand")
+    if carried:
+        tagged = [c for c in back.cells if "parameters" in c.metadata.get("tags", [])]
+        if len(tagged) != 1:
+            raise SystemExit(f"{_rel(path, root)}: the carried cells leave {src_rel} with "
+                             f"{len(tagged)} cells tagged 'parameters' (one expected): nothing "
+                             "carried; restore the tag, then carry again")
+        src.write_text(text)
+        print(f"carried {len(carried)} cell(s) of {_rel(path, root)} into {src_rel}: "
+              + ", ".join(label for _, label in carried))
+    for line in problems:
+        print(line)
+    if not carried:
+        print(f"nothing carried: {_rel(path, root)} has "
+              + ("no edit that maps onto the source" if problems else "no edits"))
+        return 1 if problems else 0
+    build(root)
+    return 1 if problems else 0
+
+
+def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if any generated file is stale or missing")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 naming every generated file that is stale, "
+                           "missing, edited by hand or carries outputs, with what to run")
+    mode.add_argument("--carry-back", metavar="NOTEBOOK", type=Path,
+                      help="write the cells edited in NOTEBOOK back into its source, then "
+                           "render every platform from it")
+    parser.add_argument("--force", nargs="*", type=Path, metavar="NOTEBOOK",
+                        help="render notebooks edited by hand or run in place too (these, or "
+                             "all), each kept first as a copy beside it (NAME.edited.ipynb, "
+                             "NAME.executed.ipynb)")
     args = parser.parse_args(argv)
-    if args.check:
-        problems = stale_files()
-        for line in problems:
-            print(line)
-        if problems:
-            print(f"{len(problems)} generated file(s) out of date: run `python build_notebooks.py`")
-            return 1
-        print("notebooks and README badge table are up to date")
-        return 0
-    for path, text in expected_files().items():
-        if not path.exists() or path.read_text() != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path.relative_to(ROOT)}")
+    if args.force is not None and (args.check or args.carry_back):
+        parser.error("--force renders: use it without --check and --carry-back")
+    if args.carry_back:
+        return carry_back(args.carry_back, root)
+    if not args.check:
+        return build(root, args.force)
+    problems = stale_files(root)
+    for line in problems:
+        print(line)
+    if problems:
+        print(f"{len(problems)} generated file(s) to see to: `python build_notebooks.py` "
+              "renders what is out of date; each line says what else to run")
+        return 1
+    print("notebooks and README badge table are up to date")
     return 0
 
 

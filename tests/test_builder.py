@@ -65,7 +65,23 @@ def test_multi_device_kaggle_platforms(platform, shape, gpu):
 
 def test_local_notebook_has_no_hosted_metadata():
     meta = rendered("local").metadata
-    assert set(meta) == {"kernelspec", "language_info"}
+    assert set(meta) == {"kernelspec", "language_info", bn.RECORD}
+
+
+def test_the_record_names_the_source_platform_and_every_cell_in_order():
+    nb = rendered("colab_t4")
+    record = nb.metadata[bn.RECORD]
+    assert record["source"] == "notebooks_src/fashion_mnist.py" and record["platform"] == "colab_t4"
+    assert record["cells"] == [f"{c.id} {bn.cell_hash(c)}" for c in nb.cells]
+    # what a user writes counts, what running it adds does not
+    cell = next(c for c in nb.cells if c.metadata.get("tags") == ["parameters"])
+    ran = nbformat.from_dict({**cell, "execution_count": 3, "metadata": {
+        **cell.metadata, "scrolled": True}, "outputs": [nbformat.v4.new_output(
+            "stream", text="1\n")]})
+    assert bn.cell_hash(ran) == bn.cell_hash(cell)
+    assert bn.cell_hash({**cell, "source": cell.source + "\n"}) == bn.cell_hash(cell)
+    assert bn.cell_hash({**cell, "source": cell.source + " "}) != bn.cell_hash(cell)
+    assert bn.cell_hash({**cell, "metadata": {"tags": []}}) != bn.cell_hash(cell)
 
 
 @pytest.mark.parametrize("platform", sorted(PLATFORMS))
@@ -150,7 +166,7 @@ def test_lightning_and_modal_badges_open_the_fork():
         "notebooks/new/https://github.com/someone/fork/blob/dev/notebooks/modal/"
         "fashion_mnist.ipynb)")
     for platform in ("lightning_studio", "modal"):
-        assert set(rendered(platform).metadata) == {"kernelspec", "language_info"}
+        assert set(rendered(platform).metadata) == {"kernelspec", "language_info", bn.RECORD}
     table = bn.badge_table(["fashion_mnist"], CFG)
     assert table.count("studio-badge.svg") == table.count("open-in-modal.svg") == 1
 
@@ -167,12 +183,15 @@ def test_check_is_clean_on_the_committed_tree():
 def test_check_names_stale_missing_and_orphaned_files(project):
     assert bn.stale_files(project) == []
     (project / "notebooks/colab_t4/fashion_mnist.ipynb").unlink()
-    stale = project / "notebooks/kaggle_p100/fashion_mnist.ipynb"
-    stale.write_text(stale.read_text().replace("Fashion-MNIST", "Fashion MNIST"))
+    stale = project / "notebooks/kaggle_p100/fashion_mnist.ipynb"  # its cells, another kernel
+    stale.write_text(stale.read_text().replace('"display_name": "Python 3"', '"display_name": "x"'))
     (project / "notebooks/local/old.ipynb").write_text("{}")
     autosave = project / "notebooks/local/.ipynb_checkpoints/fashion_mnist-checkpoint.ipynb"
     autosave.parent.mkdir()
     autosave.write_text("{}")  # JupyterLab's, once a user opens a notebook: not an orphan
+    # the copies a build keeps of a user's notebook (git ignores them): not orphans either
+    (project / "notebooks/local/fashion_mnist.edited.ipynb").write_text("{}")
+    (project / "notebooks/local/mshnet.executed-2.ipynb").write_text("{}")
     problems = bn.stale_files(project)
     assert "notebooks/colab_t4/fashion_mnist.ipynb: missing" in problems
     assert "notebooks/kaggle_p100/fashion_mnist.ipynb: stale" in problems
