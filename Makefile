@@ -85,6 +85,8 @@ fuse:
 	a machine (or container) with FUSE (docker run --device /dev/fuse --cap-add SYS_ADMIN)"; \
 	exit 1; }
 
+# The one target that renders: a notebook edited by hand, or run in place with its cells current,
+# is kept as it is and named, with what to run (build_notebooks.py --carry-back / --force).
 notebooks: install
 	$(PY) build_notebooks.py
 
@@ -94,8 +96,7 @@ check: install
 lint: install
 	$(VENV)/bin/ruff check .
 
-demo: install
-	$(PY) build_notebooks.py
+demo: notebooks
 	$(PY) -m lib.cli.demo
 
 # The whole suite, measured (tests/suite.py): installs, lint, --check, the main lane (the XLA
