@@ -6,10 +6,15 @@ bootstrap cell after it (it reads PLATFORM, and runs the library of the version 
 it) and the runtime metadata Colab or Kaggle reads; Kaggle notebooks get a
 kernel-metadata.json for `kaggle kernels push`. The README's badge table and its table of
 hosted images (from images.toml) are rewritten too.
-Output is byte-stable (fixed cell ids, no timestamps, no outputs).
+Output is byte-stable (fixed cell ids, no timestamps, no outputs). Each notebook records what
+was written into it, so a notebook a user edited or ran is never written over unsaid or without
+a copy kept (docs/contributing.md).
 
-    python build_notebooks.py           # write everything
-    python build_notebooks.py --check   # exit 1 naming every stale or missing file
+    python build_notebooks.py                    # write what is out of date; keep edited notebooks
+    python build_notebooks.py --check            # exit 1 naming every stale, missing or edited
+                                                 # file and every notebook with outputs
+    python build_notebooks.py --carry-back NB    # NB's edited cells into its source, then build
+    python build_notebooks.py --force [NB ...]   # render NB (or every kept one) too, a copy first
 """
 
 from __future__ import annotations
@@ -515,9 +520,11 @@ def build(root: Path = ROOT, force: list[Path] | None = None) -> int:
     cfg = settings(root / "pyproject.toml")
     expected = expected_files(root, cfg)
     wanted = {p.resolve() for p in force or []}
-    for path in sorted(wanted - set(expected)):
-        raise SystemExit(f"--force {path}: not a notebook this build renders; expected "
-                         "notebooks/<platform>/<workload>.ipynb of a source in notebooks_src/")
+    for path in force or []:
+        if path.resolve() not in expected:
+            raise SystemExit(f"--force {path}: not a notebook this build renders; expected "
+                             "notebooks/<platform>/<workload>.ipynb of a source in "
+                             "notebooks_src/")
     kept, left = [], []
     for path, (state, _) in file_states(root, cfg, expected).items():
         rel, forced = path.relative_to(root), force is not None and (not force or path in wanted)
@@ -552,7 +559,7 @@ def build(root: Path = ROOT, force: list[Path] | None = None) -> int:
 
 def _label(n: int, cell) -> str:
     first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
-    return f"cell {n} ({first[:40]!r})"
+    return f"cell {n} ({first if len(first) <= 40 else first[:40].rsplit(' ', 1)[0] + '...'!r})"
 
 
 def write_source(src: Path, nb) -> str:
@@ -609,9 +616,13 @@ def carry_back(notebook: Path, root: Path = ROOT) -> int:
     workload = Path(rec.get("source", path.name.split(".")[0])).stem
     name = rec.get("platform", path.parent.name)
     src = root / "notebooks_src" / f"{workload}.py"
-    if not src.is_file() or name not in PLATFORMS:
-        raise SystemExit(f"--carry-back {notebook}: no source notebooks_src/{workload}.py or "
-                         f"no platform {name!r}: expected a notebook this project rendered, "
+    if name not in PLATFORMS:
+        raise SystemExit(f"--carry-back {notebook}: {name!r} is no platform: expected a "
+                         "notebook this project rendered, notebooks/<platform>/<workload>.ipynb "
+                         f"with <platform> one of {', '.join(PLATFORMS)}")
+    if not src.is_file():
+        raise SystemExit(f"--carry-back {notebook}: there is no notebooks_src/{workload}.py to "
+                         "carry it into: expected a notebook this project rendered, "
                          "notebooks/<platform>/<workload>.ipynb")
     platform, cfg, src_rel = PLATFORMS[name], settings(root / "pyproject.toml"), _rel(src, root)
     fresh = nbformat.reads(render(src, platform, cfg), as_version=4)
