@@ -8,7 +8,7 @@ kernel-metadata.json for `kaggle kernels push`. The README's badge table and its
 hosted images (from images.toml) are rewritten too.
 Output is byte-stable (fixed cell ids, no timestamps, no outputs). Each notebook records what
 was written into it, so a notebook a user edited or ran is never written over unsaid or without
-a copy kept (docs/contributing.md).
+a copy kept (docs/guides/contributing.md).
 
     python build_notebooks.py                    # write what is out of date; keep edited notebooks
     python build_notebooks.py --check            # exit 1 naming every stale, missing or edited

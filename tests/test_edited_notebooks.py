@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import build_notebooks as bn
-from lib.platforms import PLATFORMS
+from lib.runtime.platforms import PLATFORMS
 from tests.user_repo import ROOT, copy_repository, git, run, snapshot, user_env
 
 LOCAL = "notebooks/local/fashion_mnist.ipynb"
@@ -93,11 +93,11 @@ def test_an_edited_notebook_survives_a_build_and_is_named_in_one_line(user):
 
 def test_make_demo_keeps_the_edit_says_so_and_runs_the_demo(user, tmp_path):
     """`make demo` renders as `python build_notebooks.py` does, then runs the demo (here a
-    stand-in for `python -m lib.demo`, which trains: the render step is what is tested)."""
+    stand-in for `python -m lib.cli.demo`, which trains: the render step is what is tested)."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     python = venv / "bin" / "python"
-    python.write_text('#!/bin/sh\nif [ "$1 $2" = "-m lib.demo" ]; then echo "the demo ran on '
+    python.write_text('#!/bin/sh\nif [ "$1 $2" = "-m lib.cli.demo" ]; then echo "the demo ran on '
                       f'$(grep -o -m1 \'EPOCHS = [0-9]*\' {LOCAL})"; exit 0; fi\n'
                       f'exec {shlex.quote(sys.executable)} "$@"\n')
     python.chmod(0o755)
@@ -316,13 +316,12 @@ def test_the_pre_commit_hook_is_the_renderers_check_and_stops_a_commit_with_outp
     # the contributor guide installs it with the command the configuration names
     install = ".venv/bin/pip install pre-commit && .venv/bin/pre-commit install"
     assert install in (ROOT / ".pre-commit-config.yaml").read_text()
-    assert install in (ROOT / "docs" / "contributing.md").read_text()
+    assert install in (ROOT / "docs" / "guides" / "contributing.md").read_text()
 
 
 def test_the_docs_say_what_to_edit_and_what_happens_to_an_edited_notebook():
     mac = (ROOT / "README.md").read_text().split("## On a Mac", 1)[1].split("\n## ", 1)[0]
-    guide = (ROOT / "docs" / "contributing.md").read_text()
+    guide = (ROOT / "docs" / "guides" / "contributing.md").read_text()
     for text in (mac, guide):
         assert "notebooks_src/" in text and "--carry-back" in text and "--force" in text
-    assert "contributing" in (ROOT / "docs" / "guides" / "index.md").read_text()
     assert os.path.exists(ROOT / ".pre-commit-config.yaml")
