@@ -421,16 +421,17 @@ def edits(nb, record: dict[str, str], fresh: dict[str, str]) -> list[str]:
 def record_of(nb, legacy: Callable[[], str]) -> dict[str, str]:
     """The cells a build wrote into `nb`, from its record; for a notebook rendered before
     records were written, those of `legacy()`, the text the previous renderer wrote."""
-    if RECORD in nb.metadata:
+    try:
         return dict(line.split() for line in nb.metadata[RECORD]["cells"])
-    return {c.id: cell_hash(c) for c in nbformat.reads(legacy(), as_version=4).cells}
+    except (KeyError, TypeError, ValueError, AttributeError):  # none, or not as a build wrote it
+        return {c.id: cell_hash(c) for c in nbformat.reads(legacy(), as_version=4).cells}
 
 
 def notebook_state(path: Path, expected: str, legacy: Callable[[], str]) -> tuple[str, list]:
     """(state, what differs) of the notebook at `path`, whose rendering is now `expected`:
     current; stale (the build's own cells: rewrite it); executed (outputs of a run in place,
     cells current); executed-stale (outputs, cells out of date); edited; unreadable."""
-    text = path.read_text()
+    text = path.read_text(errors="replace")
     if text == expected:
         return "current", []
     try:
@@ -596,12 +597,8 @@ def _carried(cell, old, problems: list[str], label: str, platform_line: str):
     return new
 
 
-def carry_back(notebook: Path, root: Path = ROOT) -> int:
-    """Write the cells changed in `notebook` (a rendered notebook a user edited) into its
-    source, notebooks_src/<workload>.py, then build every platform from it. Cells carried:
-    the parameters, markdown and code cells that map one to one onto the source and are
-    unchanged there since the notebook was rendered; every other edit is one line naming the
-    cell (exit 1). The generated header and bootstrap cells are never carried."""
+def _rendered_notebook(notebook: Path, root: Path) -> tuple[Any, Path, Platform]:
+    """(the notebook, its source, its platform), or one line saying what is wrong."""
     path = notebook.resolve()
     if not path.is_file() or path.suffix != ".ipynb":
         raise SystemExit(f"--carry-back {notebook}: no such notebook; expected a notebook "
@@ -615,16 +612,22 @@ def carry_back(notebook: Path, root: Path = ROOT) -> int:
     rec = nb.metadata.get(RECORD, {})
     workload = Path(rec.get("source", path.name.split(".")[0])).stem
     name = rec.get("platform", path.parent.name)
-    src = root / "notebooks_src" / f"{workload}.py"
     if name not in PLATFORMS:
         raise SystemExit(f"--carry-back {notebook}: {name!r} is no platform: expected a "
                          "notebook this project rendered, notebooks/<platform>/<workload>.ipynb "
                          f"with <platform> one of {', '.join(PLATFORMS)}")
+    src = root / "notebooks_src" / f"{workload}.py"
     if not src.is_file():
         raise SystemExit(f"--carry-back {notebook}: there is no notebooks_src/{workload}.py to "
                          "carry it into: expected a notebook this project rendered, "
                          "notebooks/<platform>/<workload>.ipynb")
-    platform, cfg, src_rel = PLATFORMS[name], settings(root / "pyproject.toml"), _rel(src, root)
+    return nb, src, PLATFORMS[name]
+
+
+def carry_plan(nb, src: Path, platform: Platform, cfg: dict, src_rel: Path):
+    """(the source with `nb`'s edits carried, [(source cell index, label)] carried, one line
+    per edit not carried). A cell is carried when it maps one to one onto a source cell that
+    is unchanged there since `nb` was rendered; the generated cells never are."""
     fresh = nbformat.reads(render(src, platform, cfg), as_version=4)
     record = record_of(nb, lambda: render(src, platform, cfg, legacy=True))
     params = next(i for i, c in enumerate(fresh.cells) if "parameters" in c.metadata.get(
@@ -632,9 +635,8 @@ def carry_back(notebook: Path, root: Path = ROOT) -> int:
     generated = {fresh.cells[0].id: "header", fresh.cells[params + 1].id: "bootstrap"}
     to_source = {c.id: k for k, c in enumerate(c for c in fresh.cells if c.id not in generated)}
     now = {c.id: cell_hash(c) for c in fresh.cells}
-    source = jupytext.read(src, fmt="py:percent")
     platform_line = _PLATFORM_LINE.search(fresh.cells[params].source).group(0)
-    carried, problems = [], []
+    source, carried, problems = jupytext.read(src, fmt="py:percent"), [], []
     matched = matched_cells(nb, record)
     for n, (rid, cell) in enumerate(matched, 1):
         label = _label(n, cell)
@@ -659,26 +661,43 @@ def carry_back(notebook: Path, root: Path = ROOT) -> int:
     if present != [rid for rid in record if rid in present]:
         problems.append(f"cells were moved here: move them in {src_rel} by hand (a move is not "
                         "carried)")
-    text = write_source(src, source) if carried else ""
-    back = jupytext.reads(text, fmt="py:percent") if carried else None
-    for k, label in carried:  # jupytext reads it back as it was carried, or nothing is written
+    return source, carried, problems
+
+
+def _checked_text(src: Path, source, carried: list, src_rel: Path) -> str:
+    """`source` as `src`'s new text, once jupytext reads each carried cell back as it was
+    carried and one cell is tagged 'parameters'; else one line, and nothing is written."""
+    text = write_source(src, source)
+    back = jupytext.reads(text, fmt="py:percent")
+    for k, label in carried:
         if len(back.cells) != len(source.cells) or cell_hash(back.cells[k]) != cell_hash(
                 source.cells[k]):
             raise SystemExit(f"{label}: {src_rel} would not read back as this cell (a `# %%` "
                              "line splits it?): nothing carried; carry it by hand")
+    tagged = [c for c in back.cells if "parameters" in c.metadata.get("tags", [])]
+    if len(tagged) != 1:
+        raise SystemExit(f"the carried cells leave {src_rel} with {len(tagged)} cells tagged "
+                         "'parameters' (one expected): nothing carried; tag the parameters "
+                         "cell again, then carry again")
+    return text
+
+
+def carry_back(notebook: Path, root: Path = ROOT) -> int:
+    """Write the cells edited in `notebook` (a rendered notebook) into its source,
+    notebooks_src/<workload>.py, then build every platform from it (carry_plan says which
+    cells). Exit 1 when an edit was not carried: each is one line naming its cell."""
+    nb, src, platform = _rendered_notebook(notebook, root)
+    src_rel, nb_rel = _rel(src, root), _rel(notebook, root)
+    source, carried, problems = carry_plan(nb, src, platform,
+                                           settings(root / "pyproject.toml"), src_rel)
     if carried:
-        tagged = [c for c in back.cells if "parameters" in c.metadata.get("tags", [])]
-        if len(tagged) != 1:
-            raise SystemExit(f"{_rel(path, root)}: the carried cells leave {src_rel} with "
-                             f"{len(tagged)} cells tagged 'parameters' (one expected): nothing "
-                             "carried; restore the tag, then carry again")
-        src.write_text(text)
-        print(f"carried {len(carried)} cell(s) of {_rel(path, root)} into {src_rel}: "
+        src.write_text(_checked_text(src, source, carried, src_rel))
+        print(f"carried {len(carried)} cell(s) of {nb_rel} into {src_rel}: "
               + ", ".join(label for _, label in carried))
     for line in problems:
         print(line)
     if not carried:
-        print(f"nothing carried: {_rel(path, root)} has "
+        print(f"nothing carried: {nb_rel} has "
               + ("no edit that maps onto the source" if problems else "no edits"))
         return 1 if problems else 0
     build(root)

@@ -239,6 +239,31 @@ def test_every_edit_that_cannot_be_carried_is_one_line_naming_its_cell(user, cap
     assert out[-1].startswith(f"kept 1 notebook(s) edited by hand as they are: {LOCAL}.")
 
 
+def split_the_config_cell(cells) -> None:
+    cells[4].source += "\n# %%\nprint(1)"
+
+
+def untag_the_parameters(cells) -> None:
+    del cells[2].metadata["tags"]
+
+
+@pytest.mark.parametrize("edit,said", [
+    (split_the_config_cell,
+     "cell 5 ('from lib.workloads.fashion_mnist import...'): notebooks_src/fashion_mnist.py "
+     "would not read back as this cell (a `# %%` line splits it?): nothing carried"),
+    (untag_the_parameters,
+     "the carried cells leave notebooks_src/fashion_mnist.py with 0 cells tagged 'parameters' "
+     "(one expected): nothing carried"),
+])
+def test_an_edit_jupytext_cannot_carry_faithfully_writes_nothing(user, edit, said):
+    save_from_jupyterlab(user / LOCAL, edit)
+    before = snapshot(user)
+    with pytest.raises(SystemExit) as raised:
+        bn.main(["--carry-back", str(user / LOCAL)], root=user)
+    assert str(raised.value).startswith(said), raised.value
+    assert snapshot(user) == before
+
+
 def test_a_notebook_rendered_before_records_is_judged_by_the_previous_renderers_cells(user,
                                                                                       capsys):
     """No record: the notebook is compared with what the renderer before records wrote. As
