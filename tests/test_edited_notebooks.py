@@ -27,10 +27,16 @@ SOURCE = "notebooks_src/fashion_mnist.py"
 TITLE = "# Fashion-MNIST quickstart"
 
 
+# What the build and `make demo`'s render step read and write, and what git keeps out
+CLONED = ("build_notebooks.py", "pyproject.toml", "README.md", "images.toml", "notebooks_src",
+          "notebooks", "lib", "Makefile", "requirements/main.lock", ".gitignore",
+          ".pre-commit-config.yaml")
+
+
 @pytest.fixture
 def user(tmp_path):
-    """The user's clone, as they have it."""
-    return copy_repository(tmp_path / "clone")
+    """The user's clone, as they have it (the part of it a build reads)."""
+    return copy_repository(tmp_path / "clone", *CLONED)
 
 
 def save_from_jupyterlab(path: Path, edit=None) -> bytes:
@@ -72,7 +78,7 @@ def commands_in(line: str) -> list[list[str]]:
     return [shlex.split(c) for c in re.findall(r"`(python build_notebooks\.py[^`]*)`", line)]
 
 
-def test_an_edited_notebook_survives_a_build_and_is_named_in_one_line(user):
+def test_an_edited_notebook_survives_a_build_and_is_named_in_one_line(user, capsys):
     """README: point the badges at a fork, run `python build_notebooks.py`. Every other
     notebook is rendered for the fork; the edited one is kept, byte for byte, and named."""
     notebook = user / LOCAL
@@ -80,11 +86,12 @@ def test_an_edited_notebook_survives_a_build_and_is_named_in_one_line(user):
     pyproject = user / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace(
         'repository = "train-anywhere/train-anywhere"', 'repository = "someone/fork"'))
-    for _ in range(2):  # and again: still kept, still said
-        done = run(user, "python", "build_notebooks.py")
-        assert done.returncode == 0, done.stderr
+    done = run(user, "python", "build_notebooks.py")
+    assert done.returncode == 0, done.stderr
+    assert bn.main([], root=user) == 0  # and again: still kept, still said
+    for out in (done.stdout, capsys.readouterr().out):
         assert notebook.read_bytes() == saved
-        (line,) = lines_naming(done.stdout, LOCAL)
+        (line,) = lines_naming(out, LOCAL)
         assert line.startswith("kept 1 notebook(s) edited by hand as they are: " + LOCAL), line
         assert [c[2:] for c in commands_in(line)] == [["--carry-back", LOCAL], ["--force", LOCAL]]
     assert "someone/fork" in (user / "notebooks/colab_t4/fashion_mnist.ipynb").read_text()
@@ -116,7 +123,7 @@ def test_make_demo_keeps_the_edit_says_so_and_runs_the_demo(user, tmp_path):
     assert lines.index(kept) < lines.index("the demo ran on EPOCHS = 30")
 
 
-def test_carry_back_writes_the_edits_into_the_source_and_every_platform(user):
+def test_carry_back_writes_the_edits_into_the_source_and_every_platform(user, capsys):
     notebook = user / LOCAL
     saved = save_from_jupyterlab(notebook, thirty_epochs)
     source_before = (user / SOURCE).read_text()
@@ -140,25 +147,22 @@ def test_carry_back_writes_the_edits_into_the_source_and_every_platform(user):
     assert lines_naming(done.stdout, LOCAL)[-1].startswith("left 1 notebook(s) run in place")
     # byte-stable: a second render writes nothing
     before = snapshot(user / "notebooks")
-    again = run(user, "python", "build_notebooks.py")
-    assert again.returncode == 0 and "wrote" not in again.stdout, again.stdout
+    assert bn.main([], root=user) == 0 and "wrote" not in capsys.readouterr().out
     assert snapshot(user / "notebooks") == before and (user / SOURCE).read_text() != source_before
 
 
-def test_check_names_a_notebook_run_in_place_and_the_command_that_cleans_it(user):
+def test_check_names_a_notebook_run_in_place_and_the_command_that_cleans_it(user, capsys):
     """Outputs alone are no edit: a build leaves the notebook as it is (its cells are current:
     rendering it would only delete the outputs); --check fails naming it and the command that
     cleans it, which keeps the executed copy beside it (ignored by git)."""
     notebook = user / LOCAL
     saved = save_from_jupyterlab(notebook)
-    built = run(user, "python", "build_notebooks.py")
-    assert built.returncode == 0 and notebook.read_bytes() == saved
-    (left,) = lines_naming(built.stdout, LOCAL)
+    assert bn.main([], root=user) == 0 and notebook.read_bytes() == saved
+    (left,) = lines_naming(capsys.readouterr().out, LOCAL)
     assert left.startswith(f"left 1 notebook(s) run in place as they are (their cells are "
                            f"current: rendering would only delete the outputs): {LOCAL}. "), left
-    check = run(user, "python", "build_notebooks.py", "--check")
-    assert check.returncode == 1
-    (line,) = lines_naming(check.stdout, LOCAL)
+    assert bn.main(["--check"], root=user) == 1
+    (line,) = lines_naming(capsys.readouterr().out, LOCAL)
     assert line.startswith(f"{LOCAL}: carries outputs (run in place): clean it with "), line
     (clean,) = commands_in(line)
     assert clean == ["python", "build_notebooks.py", "--force", LOCAL]
@@ -166,7 +170,7 @@ def test_check_names_a_notebook_run_in_place_and_the_command_that_cleans_it(user
     copy = "notebooks/local/fashion_mnist.executed.ipynb"
     assert cleaned.stdout.splitlines() == [f"wrote {LOCAL} (your executed notebook kept as {copy})"]
     assert (user / copy).read_bytes() == saved
-    assert run(user, "python", "build_notebooks.py", "--check").returncode == 0
+    assert bn.stale_files(user) == []
     assert git(user, "status", "--porcelain") == ""  # clean, and the copy is not for committing
 
 

@@ -18,11 +18,12 @@ def git(root: Path, *args: str) -> str:
                            *args], cwd=root, capture_output=True, check=True, text=True).stdout
 
 
-def copy_repository(dest: Path) -> Path:
+def copy_repository(dest: Path, *only: str) -> Path:
     """A clone as the user has it: the repository's files (tracked ones, and new ones not
     ignored: no virtual environments, runs or data) in a git repository at `dest` (ruff and
-    git then ignore what .gitignore says, as in a clone)."""
-    listed = git(ROOT, "ls-files", "-co", "--exclude-standard", "-z").split("\0")
+    git then ignore what .gitignore says, as in a clone). `only`: just these paths (a test
+    that needs a few folders copies a tenth of the time)."""
+    listed = git(ROOT, "ls-files", "-co", "--exclude-standard", "-z", "--", *only).split("\0")
     for rel in filter(None, listed):
         if (ROOT / rel).is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
