@@ -1,5 +1,6 @@
 """The bad-input catalogue: every mistake a notebook user can make gets one clear message
-naming the value, what was expected and the fix, and no existing checkpoint is touched.
+naming the value, what was expected and the fix, and no file in OUT_DIR (which already holds a
+good checkpoint) is touched: every file's bytes compared (tests/unchanged.py).
 
 Each case runs the notebook source itself (in this process, parameters overridden the way
 papermill does) against an OUT_DIR that already holds a good checkpoint.
@@ -17,6 +18,7 @@ import torch
 from lib.base.errors import UserError
 from lib.runs.checkpoints import Checkpoints
 from tests.fault_harness import notebook_script
+from tests.unchanged import assert_unchanged, snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -240,7 +242,7 @@ def test_bad_input_gets_one_clear_message_and_checkpoints_are_untouched(case, tm
     _, workload, overrides, setup, parts = case
     data, out = tmp_path / "data", tmp_path / "out"
     fashion_checkpoint(out)
-    before = {p.name: p.read_bytes() for p in (out / "checkpoints").iterdir()}
+    before = snapshot(out)
     if setup is not None:
         setup(data)
     params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=1, DATA_DIR=str(data), OUT_DIR=str(out),
@@ -254,7 +256,7 @@ def test_bad_input_gets_one_clear_message_and_checkpoints_are_untouched(case, tm
     assert "\n" not in message, message
     for part in parts:
         assert part in message, f"{part!r} not in {message!r}"
-    assert {p.name: p.read_bytes() for p in (out / "checkpoints").iterdir()} == before
+    assert_unchanged(before, out)
 
 
 def test_unwritable_out_dir(tmp_path, monkeypatch):
@@ -275,18 +277,13 @@ def test_resuming_with_another_model_config_stops_before_touching_anything(tmp_p
     out = tmp_path / "out"
     Checkpoints(out / "checkpoints", "fashion_mnist", {"width": 64}).save(
         {"model": {"w": torch.ones(1)}}, 1, 0)
-    before = {p.name: p.read_bytes() for p in (out / "checkpoints").iterdir()}
+    before = snapshot(out)
     params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=2, DATA_DIR=str(tmp_path / "d"),
                   OUT_DIR=str(out))
     with pytest.raises(ValueError, match=r"model config \{'width': 64\}.*Set OUT_DIR to a new"):
         run_notebook("fashion_mnist", params, tmp_path)
-    assert {p.name: p.read_bytes() for p in (out / "checkpoints").iterdir()} == before
+    assert_unchanged(before, out)
     shutil.rmtree(out)
-
-
-def _files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
 
 
 # A changed experiment in an old OUT_DIR: (id, workload, the first session's overrides, the
@@ -338,14 +335,14 @@ def test_a_changed_experiment_is_refused_and_out_dir_is_byte_identical(case, tmp
     _, workload, first, second, parts = case
     base = dict(SMALL, DATA_DIR=str(tmp_path / "data"), OUT_DIR=str(tmp_path / "out"))
     _first_session(workload, dict(base, **first))
-    before = _files(tmp_path / "out")
+    before = snapshot(tmp_path / "out")
     with pytest.raises(UserError) as err:
         run_notebook(workload, dict(base, DEVICE="cpu", **second), tmp_path)
     message = str(err.value)
     assert type(err.value).__name__ == "ExperimentChanged" and "\n" not in message
     for part in parts + ["holds a", "Nothing in it was changed", "restore those values"]:
         assert part in message, f"{part!r} not in {message!r}"
-    assert _files(tmp_path / "out") == before
+    assert_unchanged(before, tmp_path / "out")
 
 
 def test_resume_require_with_nothing_to_resume_is_refused(tmp_path):

@@ -19,6 +19,7 @@ import torch
 
 from lib.runs.records import read_jsonl
 from tests.fault_harness import ROOT, notebook_script, strip_timing
+from tests.unchanged import assert_unchanged, snapshot
 
 pytestmark = pytest.mark.notebook
 PARAMS = dict(PLATFORM="kaggle_p100", DEVICE="cpu", SMOKE=True, SAMPLE_DATA=True, EPOCHS=3,
@@ -99,10 +100,11 @@ def test_an_attached_run_of_a_changed_experiment_is_refused(first, tmp_path):
     tmp, rc, _ = first
     root = tmp_path / "k3"
     attach(tmp / "k1", root, "fashion-mnist-quickstart")  # the older layout
+    before = snapshot(root)  # /kaggle: the attached input, working (the output), temp
     rc, out = kaggle_session(tmp_path, "changed", root, LR=0.5)
     assert rc != 0
     assert "ExperimentChanged: the attached run" in out and "LR 1.0 -> 0.5" in out, out[-2000:]
-    assert not root.joinpath("working", *RUN, "checkpoints").exists()
+    assert_unchanged(before, root)
 
 
 STUDY = dict(PLATFORM="kaggle_p100", DEVICE="cpu", SMOKE=True, SAMPLE_DATA=True, EPOCHS=2,
@@ -180,8 +182,8 @@ def test_an_attached_grid_of_a_changed_experiment_is_refused(study_first, tmp_pa
     assert rc == 0
     root = tmp_path / "k3"
     attach(tmp / "k", root, "optimizer-study")  # the older layout
+    before = snapshot(root)
     rc, out = study_session(tmp_path, "changed", root, LR=0.5)
     assert rc != 0
     assert "ExperimentChanged: the attached run" in out and "-> 0.5" in out, out[-2000:]
-    grid = root.joinpath("working", *GRID)
-    assert not grid.exists() or not any(p.is_dir() for p in grid.iterdir())
+    assert_unchanged(before, root)
