@@ -16,20 +16,17 @@ from lib.base.progress import epoch_line, shown
 from lib.runs.records import read_jsonl
 from tests.notebook_run import markdown_outputs, stream_text
 from tests.test_cli import ROOT, SMOKE, stderr_lines, ta
+from tests.unchanged import assert_same, snapshot
 
 pytestmark = pytest.mark.notebook
-
-
-def _files(folder) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
 
 
 @pytest.fixture(scope="module")
 def tried(tmp_path_factory):
     """The issue's sequence in one folder: (first) two epochs; (refused) -p LR 0.5;
     (again) the first command again; (more) -p EPOCHS 3 with a session limit already reached;
-    (fresh) -p LR 0.5 -p RESUME new. Each step: the process and the folder's files after it."""
+    (fresh) -p LR 0.5 -p RESUME new. Each step: the process and the folder's files after it
+    (tests/unchanged.py's snapshot: every file's sha256)."""
     tmp = tmp_path_factory.mktemp("first-use")
     out = tmp / "runs" / "my try"  # a space: paths are passed whole
     started = time.time()
@@ -40,7 +37,7 @@ def tried(tmp_path_factory):
     def step(name, *args, env=None, rc=0):
         proc = ta(*base, *args, env=env)
         assert proc.returncode == rc, (name, proc.stdout, proc.stderr)
-        steps[name] = (proc, _files(out))
+        steps[name] = (proc, snapshot(out))
 
     step("first", "-p", "EPOCHS", "2")
     # What bench_sweep dates a cell's first training step by: inside this run, before epoch 1
@@ -55,7 +52,7 @@ def tried(tmp_path_factory):
     step("more", "-p", "EPOCHS", "3", env={"TA_SESSION_HOURS": "0.000001"})
     step("fresh", "-p", "EPOCHS", "1", "-p", "LR", "0.5", "-p", "RESUME", "new")
     (out / "curves.png").unlink()  # `report` writes it again, without training
-    steps["report"] = (ta("report", str(out)), _files(out))
+    steps["report"] = (ta("report", str(out)), snapshot(out))
     steps["report"][0].curves = (out / "curves.png").exists()
     return out, steps
 
@@ -67,7 +64,7 @@ def test_a_refused_run_leaves_every_file_as_it_was_and_says_so_in_one_line(tried
     assert "ExperimentChanged" in line and "LR 1.0 -> 0.5" in line and "Traceback" not in line
     # said as typed at the terminal
     assert "give --out a new folder, or set it with -p RESUME new" in line
-    assert after == steps["first"][1]  # every file, the first session's notebook included
+    assert_same(steps["first"][1], after, out)  # every file, the session's notebook included
     first = nbformat.read(out / "fashion_mnist-session-1.ipynb", as_version=4)
     assert [line.split()[1] for line in stream_text(first).splitlines()
             if line.startswith("epoch ")] == ["1/2", "2/2"]
@@ -104,7 +101,8 @@ def test_each_session_that_trains_keeps_its_notebook_and_report_lists_them(tried
     assert proc.returncode == 0, proc.stderr
     assert f"executed notebook  {out / 'fresh-1' / 'fashion_mnist-session-1.ipynb'}" in \
         proc.stdout
-    assert {k: v for k, v in after_fresh.items() if not k.startswith("fresh-1/")} == after_more
+    assert_same(after_more, {k: v for k, v in after_fresh.items()
+                             if k != "fresh-1" and not k.startswith("fresh-1/")}, out)
     report, _ = steps["report"]
     assert report.returncode == 0, report.stderr
     assert "| . | 2 | " in report.stdout and report.curves

@@ -20,6 +20,7 @@ from lib.cli import main as cli
 from lib.cli import new as scaffold
 from lib.runs.records import read_jsonl
 from lib.runtime.platforms import PLATFORMS
+from tests import unchanged
 from tests.notebook_run import FAKES, check_clean_outputs, stream_text
 from tests.user_repo import ROOT, changed, copy_repository, run, snapshot, user_env
 
@@ -100,12 +101,12 @@ def test_the_new_workload_runs_resumes_refuses_a_changed_lr_and_sweeps(user, tmp
     assert more.returncode == 0, more.stderr
     assert check_history(out, 3)[:2] == history  # resumed: epochs 1-2 kept, epoch 3 added
 
-    files = snapshot(out)
+    files = unchanged.snapshot(out)
     refused = run(user, "train-anywhere", "run", NAME, *SMOKE, "-p", "EPOCHS", "3",
                   "-p", "LR", "0.01", "-p", "DATA_DIR", data, "--out", str(out))
     assert refused.returncode == 2
     assert "ExperimentChanged" in refused.stderr and "LR 0.001 -> 0.01" in refused.stderr
-    assert changed(files, snapshot(out)) == set()  # every file, the sessions' notebooks too
+    unchanged.assert_unchanged(files, out)  # every file, the sessions' notebooks and tb/ too
 
     grid = tmp_path / "sweep"
     swept = run(user, "train-anywhere", "sweep", NAME, "--grid", "SEED=0,1", *SMOKE,

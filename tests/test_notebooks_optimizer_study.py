@@ -17,6 +17,7 @@ from tests.notebook_run import (
     markdown_outputs,
     stream_text,
 )
+from tests.unchanged import assert_unchanged, snapshot
 
 pytestmark = pytest.mark.notebook
 GRID = dict(OPTIMIZERS=["sgd", "lion"], SEEDS=[0, 1])
@@ -116,14 +117,17 @@ def test_a_rerun_retrains_nothing_and_fan_out_runs_merge(tmp_path):
 def test_more_epochs_are_another_study_and_start_afresh_on_request(tmp_path):
     """The warm-up + cosine schedule is laid over EPOCHS, so raising EPOCHS after a finished
     study would change every remaining step's lr: it is refused, naming the run and the
-    change, and RESUME = "new" trains the longer study beside the old one."""
+    change, every file of the study as it was, and RESUME = "new" trains the longer study
+    beside the old one."""
     import papermill
 
     one = dict(OPTIMIZERS=["adamw"], SEEDS=[0])
     run("local", tmp_path, EPOCHS=1, **one)
+    before = snapshot(tmp_path / "study")
     with pytest.raises(papermill.PapermillExecutionError) as err:
         run("local", tmp_path, EPOCHS=2, **one)
     assert err.value.ename == "ExperimentChanged"
+    assert_unchanged(before, tmp_path / "study")  # every file, the grid's and the run's
     assert "cifar10-adamw-seed0-sym0.2' holds a optimizer_study run" in err.value.evalue
     assert "EPOCHS 1 -> 2" in err.value.evalue
     run("local", tmp_path, EPOCHS=2, RESUME="new", **one)

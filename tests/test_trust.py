@@ -12,14 +12,10 @@ import pytest
 from lib.base import durable
 from lib.runs.records import read_jsonl
 from tests.notebook_run import execute, stream_text
+from tests.unchanged import assert_same, assert_unchanged, snapshot
 
 pytestmark = pytest.mark.notebook
 SMALL = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=2)
-
-
-def _files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +50,11 @@ def _error_outputs(path: Path) -> list[dict]:
 
 def test_a_changed_lr_stops_before_training_and_touches_nothing(trained, tmp_path):
     run, params = _copy(trained, tmp_path)
-    before = _files(run)
+    before = snapshot(run)
     err = _fails(tmp_path, **dict(params, LR=0.1, BATCH_SIZE=16, EPOCHS=5))
     assert err.ename == "ExperimentChanged"
     assert "LR 1.0 -> 0.1" in err.evalue and "(global batch) 32 -> 16" in err.evalue
-    assert _files(run) == before  # config.json, checkpoints, metrics.jsonl: byte-identical
+    assert_unchanged(before, run)  # config.json, checkpoints, metrics.jsonl, tb/: byte-identical
     # In the notebook the error is one line, not a traceback through lib.
     (error,) = _error_outputs(tmp_path / "nb" / "local-fashion_mnist.ipynb")
     assert error["traceback"] == [f"ExperimentChanged: {err.evalue}"]
@@ -94,11 +90,12 @@ def test_a_bug_keeps_its_traceback_and_the_switch_shows_a_user_errors_whole(tmp_
 
 def test_resume_new_starts_afresh_in_a_sub_folder_and_keeps_the_old_run(trained, tmp_path):
     run, params = _copy(trained, tmp_path)
-    before = _files(run)
+    before = snapshot(run)
     nb = execute("fashion_mnist", "local", tmp_path / "nb",
                  **dict(params, LR=0.5, RESUME="new"))
     assert f"this one starts afresh in {run / 'fresh-1'}" in stream_text(nb)
-    assert {k: v for k, v in _files(run).items() if not k.startswith("fresh-1")} == before
+    assert_same(before, {k: v for k, v in snapshot(run).items()
+                         if k != "fresh-1" and not k.startswith("fresh-1/")}, run)
     assert [r["epoch"] for r in read_jsonl(run / "fresh-1" / "metrics.jsonl")] == [1, 2]
 
 
