@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import nbformat
@@ -111,6 +112,39 @@ def test_modal_keeps_runs_on_the_volume_and_data_in_the_container(tmp_path, in_e
     assert default_dirs("mshnet", "modal")[1] == out
     in_env({**env, clouds.MODAL_VOLUME_ENV: "not-attached"})  # said, not written in the container
     assert clouds.modal_volume() is None and clouds.advice("modal").startswith("no Modal Volume")
+
+
+def test_a_new_modal_container_sees_only_what_was_committed(tmp_path, in_env):
+    """The stand-in's Volume as Modal documents it (tests/cloud_standins.py): a new container
+    mounts the last commit; a write after it is lost with a container that never shut down,
+    kept by one that did (the final commit), and kept once a background commit landed. The
+    code's idle stop and mount point are the documented ones."""
+    env, home, ours = standin_env(standin.modal, tmp_path)
+    in_env(env)
+    volume = tmp_path / "mnt" / standin.MODAL_VOLUME
+    assert clouds.modal_volume() == volume and standin.attached(tmp_path) == [volume.name]
+    (volume / "ckpt.pt").write_text("epoch 1")
+    standin.commit(tmp_path)  # Volume.commit()
+    (volume / "ckpt.pt").write_text("epoch 2")
+    (volume / "STOPPED.json").write_text("{}")
+    (home / "clone").mkdir()
+    standin.new_container(tmp_path, shutdown=False)  # lost before its final commit
+    assert (volume / "ckpt.pt").read_text() == "epoch 1" and not (volume / "STOPPED.json").exists()
+    assert not home.exists() and clouds.modal_volume() == volume
+    (volume / "STOPPED.json").write_text("{}")
+    standin.new_container(tmp_path)  # shut down: the final snapshot and commit
+    assert (volume / "STOPPED.json").exists()
+    with standin.background_commits(tmp_path, every=0.01) as landed:
+        (volume / "ckpt.pt").write_text("epoch 3")
+        written = time.monotonic()
+        while not [t for t in landed if t > written]:
+            assert time.monotonic() < written + 30, "no background commit landed"
+            time.sleep(0.01)
+    (volume / "late.json").write_text("{}")  # after the last background commit
+    standin.new_container(tmp_path, shutdown=False)
+    assert (volume / "ckpt.pt").read_text() == "epoch 3" and not (volume / "late.json").exists()
+    assert clouds.MODAL_IDLE_MINUTES == standin.MODAL_IDLE_MINUTES  # the documented default
+    assert clouds.advice("modal") == "" and "/mnt/<volume>" in clouds.NO_VOLUME
 
 
 def test_modal_without_a_volume_says_how_to_attach_one_and_refuses_a_full_run(tmp_path,

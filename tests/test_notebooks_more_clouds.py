@@ -6,8 +6,9 @@ and GitHub served from this checkout.
 How a user opens them: Lightning's badge (`lightning.ai/new?repo_url=<blob URL>`) and Modal's
 (`modal.com/notebooks/new/<blob URL>`) open the notebook alone; whether Lightning clones the
 whole repository is unconfirmed, so the notebook opens alone in the Studio's home and its
-bootstrap clones beside it. A Modal container is a folder wiped between sessions but for the
-attached Volume (/mnt/<volume>).
+bootstrap clones beside it. A Modal container is a folder wiped between sessions; its attached
+Volume (/mnt/<volume>) is mounted in the next one as last committed (Modal commits it in the
+background every few seconds and at shutdown: tests/cloud_standins.py).
 
 The resume journey (two sessions: the first stops itself saved before a shortened session
 limit, the second resumes where the service kept the run) runs fashion_mnist, the cheapest
@@ -18,9 +19,11 @@ without a Volume are tested without training (tests/test_more_clouds.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -33,6 +36,7 @@ from tests import cloud_standins as standin
 from tests.notebook_run import ROOT, stream_text
 from tests.served_repo import ServedRepo
 from tests.test_notebooks_clouds import session
+from tests.unchanged import assert_same, snapshot
 
 pytestmark = pytest.mark.notebook
 REPO = "train-anywhere"
@@ -84,7 +88,15 @@ def test_fashion_mnist_stops_saved_where_the_service_keeps_it_and_resumes_next_s
         in header
     out = ours / "runs" / "fashion_mnist"
 
-    text = run(opened, "fashion_mnist", served, root, env, "first", TA_SESSION_HOURS="1e-9")
+    # Modal: the Volume committed in the background while the session runs
+    with (standin.background_commits(root, every=0.5) if platform == "modal"
+          else contextlib.nullcontext([])) as landed:
+        text = run(opened, "fashion_mnist", served, root, env, "first",
+                   TA_SESSION_HOURS="1e-9")
+        ended = time.monotonic()
+        while platform == "modal" and not [t for t in landed if t > ended]:
+            assert time.monotonic() < ended + 60, "no background commit after the session"
+            time.sleep(0.1)
     assert f"from {REPO}/{REPO}@main (cloned) at {home / REPO}" in text, text[:2000]
     runtime = platform.split("_")[0]
     assert f"notebook on the {runtime} runtime" in text, text[-2000:]
@@ -97,8 +109,10 @@ def test_fashion_mnist_stops_saved_where_the_service_keeps_it_and_resumes_next_s
     assert [p.name for p in (run_dir / "checkpoints").glob("ckpt-*.pt")] == [
         "ckpt-e0000-b000001.pt"]
 
-    if platform == "modal":  # a new container: only the Volume is left
-        standin.new_container(root)
+    if platform == "modal":  # a new container: only the Volume is left, as last committed
+        # Lost before its final commit: what the next container gets is what the background
+        # commit after the session landed (the shutdown's final commit: tests/test_more_clouds)
+        standin.new_container(root, shutdown=False)
         assert not home.exists() and (run_dir / "STOPPED.json").is_file()
         env, home, _ = make(root)
         opened = open_notebook(platform, "fashion_mnist", home)
@@ -134,12 +148,20 @@ def test_every_other_workload_trains_a_smoke_epoch_and_keeps_its_run_there(
 def test_modal_without_a_volume_says_how_to_attach_one_and_refuses_a_full_run(served, tmp_path):
     """Opened in a container with no Volume: the bootstrap says in one line how to attach one;
     a full (not SMOKE) run then stops with one line before anything is read or written, since
-    nothing of it would outlive the container. No training: it stops first."""
+    nothing of it would outlive the container. No training: it stops first. Everything in the
+    container but the home (where the bootstrap clones the project, before the refusal) is
+    compared byte for byte: its disk (/tmp, where data and a run would go), /mnt, the rest."""
     root = tmp_path / "service"
     root.mkdir()
     env, home, _ = standin.modal(root, volume=False)
     opened = open_notebook("modal", "fashion_mnist", home)
     executed = tmp_path / "executed.ipynb"
+    mine = str(home.relative_to(root))  # the home: the notebook and the bootstrap's clone
+
+    def container() -> dict[str, str]:
+        return {k: v for k, v in snapshot(root).items() if k.split("/")[0] != mine}
+
+    before = container()
     kernel_env = {**served.env, **env, "TA_CLOUD_ROOT": str(root), "PYTHONPATH": "",
                   "OMP_NUM_THREADS": "1"}
     with mock.patch.dict(os.environ, kernel_env), pytest.raises(
@@ -153,4 +175,4 @@ def test_modal_without_a_volume_says_how_to_attach_one_and_refuses_a_full_run(se
     said = [line for line in stream_text(nbformat.read(executed, as_version=4)).splitlines()
             if "no Modal Volume is attached" in line]
     assert len(said) == 1 and "/mnt/<volume>" in said[0], said
-    assert not (root / "tmp" / "train-anywhere" / "runs").exists()
+    assert_same(before, container(), root)
