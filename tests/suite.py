@@ -42,6 +42,8 @@ class Phase:
     rc: int | None = None  # None: not run (an earlier phase it needs failed)
     beside: str = ""  # the phase it ran beside, if any
     log: Path | None = field(default=None, repr=False)
+    started: float | None = None  # time.monotonic() when its make began, and when it ended
+    ended: float | None = None
 
 
 class DiskPeak:
@@ -101,9 +103,10 @@ def _make(target: str, log: Path | None = None, root: Path = ROOT) -> subprocess
 
 def run(phase: Phase, root: Path = ROOT) -> bool:
     print(f"===== {phase.name} (make {phase.target}) =====", flush=True)
-    start = time.monotonic()
+    phase.started = time.monotonic()
     phase.rc = _make(phase.target, root=root).wait()
-    phase.seconds = time.monotonic() - start
+    phase.ended = time.monotonic()
+    phase.seconds = phase.ended - phase.started
     print(f"===== {phase.name}: exit {phase.rc} after {phase.seconds:.0f} s =====", flush=True)
     return phase.rc == 0
 
@@ -112,11 +115,12 @@ def run_beside(main: Phase, side: Phase, root: Path = ROOT) -> bool:
     """`side` runs beside `main` (its output after main's); True when both passed."""
     (root / OUT.name).mkdir(exist_ok=True)
     side.log, side.beside = root / OUT.name / f"{side.target}.log", main.name
-    start = time.monotonic()
+    side.started = time.monotonic()
     proc = _make(side.target, side.log, root)
     ok = run(main, root)
     side.rc = proc.wait()
-    side.seconds = time.monotonic() - start
+    side.ended = time.monotonic()
+    side.seconds = side.ended - side.started
     print(f"===== {side.name} (make {side.target}, beside {main.name}): exit {side.rc} after "
           f"{side.seconds:.0f} s =====", flush=True)
     print(side.log.read_text(errors="replace"), flush=True)
@@ -163,13 +167,14 @@ def quick() -> list[tuple[Phase, ...]]:
             (Phase("quick tests", "test-quick-tests"),)]
 
 
-def measure(steps: list[tuple[Phase, ...]], root: Path = ROOT,
-            usage=shutil.disk_usage) -> tuple[bool, str]:
-    """Run `steps` in order, stopping at the first that fails; (all passed, the table)."""
+def measure(steps: list[tuple[Phase, ...]], root: Path = ROOT, usage=shutil.disk_usage,
+            every: float = 1.0) -> tuple[bool, str]:
+    """Run `steps` in order, stopping at the first that fails; (all passed, the table). Disk
+    use is sampled every `every` seconds through `usage` (shutil.disk_usage's shape)."""
     caches = [Path(os.environ.get("UV_CACHE_DIR", Path.home() / ".cache" / "uv")),
               Path.home() / ".cache" / "pip"]
     started, failed = time.monotonic(), False
-    with DiskPeak([root, Path(tempfile.gettempdir()), *caches], usage=usage) as disk:
+    with DiskPeak([root, Path(tempfile.gettempdir()), *caches], every, usage) as disk:
         for step in steps:
             if failed:
                 break

@@ -1,19 +1,38 @@
 """`make test`'s own measurement (tests/suite.py): phases timed in order, one beside another,
-a failure stops what follows and says so in the table, and the disk a phase writes is counted."""
+a failure stops what follows and says so in the table, and the disk a phase writes is counted.
 
+Nothing here depends on how fast this machine is: where two things must meet in time, each
+waits for the other's mark (a file), with a timeout that only a broken suite.py reaches (then
+the test fails, after WAIT_S at most)."""
+
+import contextlib
 import re
 
 from tests import suite
 
-MAKEFILE = """\
+WAIT_S = 30
+
+
+def wait_for(mark: str) -> str:
+    """A recipe line's shell loop: wait until file `mark` exists; exit 7 after WAIT_S."""
+    return (f"i=0; while [ ! -f {mark} ]; do i=$$((i+1)); [ $$i -lt {WAIT_S * 100} ] || exit 7; "
+            "sleep 0.01; done")
+
+
+MAKEFILE = f"""\
 ok:
 \t@echo ok-ran
 fail:
 \t@exit 3
 write:
-\t@head -c 40000000 /dev/zero > big.bin && sleep 1.5 && rm big.bin
+\t@head -c 40000000 /dev/zero > big.tmp && mv big.tmp big.bin && {wait_for("sampled")} && \\
+\t  rm big.bin
 later:
 \t@touch later-ran
+main-side:
+\t@touch main-started && {wait_for("side-started")} && touch later-ran
+side-main:
+\t@touch side-started && {wait_for("main-started")} && echo ok-ran
 """
 
 
@@ -32,13 +51,17 @@ def test_phases_are_timed_and_a_failure_stops_the_rest(tmp_path, capfd):
 
 
 def test_a_phase_beside_another(tmp_path):
+    """The two run at once: each waits until the other has started (one after the other, the
+    first would time out and fail), and their recorded intervals intersect."""
     (tmp_path / "Makefile").write_text(MAKEFILE)
-    main, side = suite.Phase("tests", "later"), suite.Phase("downloads", "ok")
+    main, side = suite.Phase("tests", "main-side"), suite.Phase("downloads", "side-main")
     ok, text = suite.measure([(main, side)], root=tmp_path)
-    assert ok and side.beside == "tests" and side.rc == 0 and main.rc == 0
+    assert side.rc == 0 and main.rc == 0, text
+    assert ok and side.beside == "tests"
+    assert side.started < main.ended and main.started < side.ended  # the intervals overlap
     assert (tmp_path / "later-ran").exists()
-    assert "ok-ran" in (tmp_path / ".suite" / "ok.log").read_text()  # its output, kept
-    assert "| downloads | ok |" in text and "beside tests" in text
+    assert "ok-ran" in (tmp_path / ".suite" / "side-main.log").read_text()  # its output, kept
+    assert "| downloads | side-main |" in text and "beside tests" in text
 
 
 def test_the_disk_peak_is_the_largest_rise_seen_on_each_file_system(tmp_path):
@@ -58,15 +81,22 @@ def test_the_disk_peak_is_the_largest_rise_seen_on_each_file_system(tmp_path):
 def test_the_table_gives_each_step_its_own_peak_disk(tmp_path):
     """A step that writes a file and removes it shows that rise on its row, the step before it
     none, the whole suite's line the largest (a stand-in file system where the 40 MB file
-    weighs 4 GB, so that it shows at the table's 0.1 GB)."""
+    weighs 4 GB, so that it shows at the table's 0.1 GB). The file is removed only after a
+    sample has seen it (the sampler marks `sampled`), however slowly either runs."""
     (tmp_path / "Makefile").write_text(MAKEFILE)
 
     class Usage:
         def __init__(self, _):
-            self.used = 1e9 + 100 * sum(p.stat().st_size for p in tmp_path.glob("*.bin"))
+            size = 0
+            for path in tmp_path.glob("*.bin"):
+                with contextlib.suppress(FileNotFoundError):  # gone since the listing
+                    size += path.stat().st_size
+            if size:
+                (tmp_path / "sampled").touch()
+            self.used = 1e9 + 100 * size
 
     steps = [(suite.Phase("quiet", "ok"),), (suite.Phase("writer", "write"),)]
-    ok, text = suite.measure(steps, root=tmp_path, usage=Usage)
+    ok, text = suite.measure(steps, root=tmp_path, usage=Usage, every=0.01)
     assert ok, text
     assert re.search(r"\| quiet \| ok \| \d+ \| 0 \| 0.0 GB \|", text), text
     assert re.search(r"\| writer \| write \| \d+ \| 0 \| 4.0 GB \|", text), text
