@@ -44,6 +44,7 @@ from lib.runs.records import read_jsonl
 from tests.fakes.kaggle_server import FakeKaggle
 from tests.fault_harness import notebook_script, strip_timing
 from tests.notebook_run import FAKES, markdown_outputs, stream_text
+from tests.unchanged import assert_unchanged, snapshot
 
 pytestmark = pytest.mark.notebook
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,19 +196,29 @@ def sessions(run: Path) -> list[tuple]:
 
 def refused_everywhere(workload: str, tmp: Path, said: dict, monkeypatch) -> None:
     """A changed LR at each step, with everything else as the journey had it: refused before
-    anything is written."""
+    anything is written. Every file each session could reach is compared byte for byte
+    (tests/unchanged.py): Drive and /content on Colab; /kaggle (its working folder and the
+    attached input's link) and the attached dataset itself on Kaggle; the whole checkout here
+    (its notebooks, data and runs, TensorBoard files included)."""
     from lib import session, workloads
 
     cls = workloads.get(workload).config
     params = {k.lower(): v for k, v in JOURNEYS[workload].items()}
     for name in [k for k in os.environ if k.startswith("TA_")]:
         monkeypatch.delenv(name)
+
+    def refused(platform: str, match: str, *folders: Path) -> None:
+        before = [snapshot(f) for f in folders]
+        with pytest.raises(ExperimentChanged, match=match):
+            session.start(cls(platform=platform, lr=0.5, **params))
+        for folder, files in zip(folders, before, strict=True):
+            assert_unchanged(files, folder)
+
     # Colab: the folder on Drive.
     monkeypatch.setenv("COLAB_RELEASE_TAG", "x")
     monkeypatch.setenv("TA_COLAB_DRIVE", str(tmp / "drive"))
     monkeypatch.setenv("TA_COLAB_CONTENT", str(tmp / "content"))
-    with pytest.raises(ExperimentChanged, match=r"LR .*-> 0\.5"):
-        session.start(cls(platform="colab_t4", lr=0.5, **params))
+    refused("colab_t4", r"LR .*-> 0\.5", tmp / "drive", tmp / "content")
     monkeypatch.delenv("COLAB_RELEASE_TAG")
     # Kaggle: the dataset attached to a new version.
     root = tmp / "kaggle-again"
@@ -215,16 +226,11 @@ def refused_everywhere(workload: str, tmp: Path, said: dict, monkeypatch) -> Non
     os.symlink(said["attached"], root / "input" / "datasets" / OWNER / "run")
     monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
     monkeypatch.setenv("TA_KAGGLE_ROOT", str(root))
-    with pytest.raises(ExperimentChanged, match=r"the attached run .*LR .*-> 0\.5"):
-        session.start(cls(platform="kaggle_t4x2", lr=0.5, **params))
-    assert not (root / "working" / "runs" / workload).exists()
+    refused("kaggle_t4x2", r"the attached run .*LR .*-> 0\.5", root, Path(said["attached"]))
     monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE")
     # Here: the folder carried back.
     monkeypatch.chdir(checkout(tmp))
-    before = sorted(p.name for p in said["run"].rglob("*"))
-    with pytest.raises(ExperimentChanged, match=r"LR .*-> 0\.5"):
-        session.start(cls(platform="local", lr=0.5, **params))
-    assert sorted(p.name for p in said["run"].rglob("*")) == before
+    refused("local", r"LR .*-> 0\.5", checkout(tmp))
 
 
 def test_a_fashion_mnist_run_trains_on_colab_then_kaggle_t4x2_then_here(tmp_path, monkeypatch):
