@@ -29,10 +29,13 @@ services' own facts and their sources (the project's reference notes, more-cloud
   Packages go into the base conda env `cloudspace`: "we don't allow creating additional
   environments or virtual environments"; installs there persist.
 - Modal Notebooks: `MODAL_TASK_ID`, `MODAL_IMAGE_ID`, `MODAL_REGION` in every container (Modal
-  docs, environment variables; `modal.is_local()` is True inside notebook sandboxes, so it is
-  not asked). The container is ephemeral: only an attached Volume, mounted at /mnt/<volume>,
-  persists (committed in the background every few seconds and at shutdown). The kernel stops
-  after 10 idle minutes by default: the run checkpoints every CHECKPOINT_MINUTES, the most an
+  docs, environment variables: modal.com/docs/guide/environment_variables; `modal.is_local()`
+  is True inside notebook sandboxes, so it is not asked). The container is ephemeral: only an
+  attached Volume, mounted at /mnt/<volume> ("Volumes appear as folders in the /mnt directory
+  by default": modal.com/docs/guide/notebooks), persists, committed in the background every
+  few seconds and at shutdown; a new container sees the last commit
+  (modal.com/docs/guide/volumes, "Background commits"). The kernel stops after 10 idle minutes
+  by default (the notebooks guide): the run checkpoints every CHECKPOINT_MINUTES, the most an
   idle stop loses. The default image is unpinned (modal-client `notebook_base_image.py`: torch
   from the cu126 index at build time): torch is read at run time.
 - Colab Enterprise and Vertex AI Workbench: `VERTEX_PRODUCT` in VERTEX_PRODUCTS
