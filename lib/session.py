@@ -91,7 +91,7 @@ class Session:
                    clock=self.clock, storage=self.storage, main=self.dist.main,
                    session=dict(self.resolved(), epochs=self.cfg.epochs,
                                 platform=self.cfg.platform),
-                   note=self.cfg.note())
+                   note=self.cfg.note(), trackers=self.cfg.trackers)
 
     # What every workload's `loaders` / `train` / `load_best` share ----------------------
     def loaders(self, train_set, test_set, collate_fn=None):

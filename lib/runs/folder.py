@@ -1,9 +1,11 @@
-"""One run folder: config, checkpoints, metrics.jsonl, TensorBoard, progress and ETA.
+"""One run folder: config, checkpoints, metrics.jsonl, trackers, progress and ETA.
 
 Layout of `out_dir`: `config.json` and `sessions.jsonl` (`lib.runs.identity`), `checkpoints/`,
 `metrics.jsonl` (one record per epoch, rewritten from the checkpoint's history on resume so no
-epoch is duplicated or missing),
-`tb/` (TensorBoard), and whatever plots the notebook saves. Only the main rank writes.
+epoch is duplicated or missing), what the trackers keep (`lib.runs.trackers`: `tb/`, `wandb/`,
+`mlflow.db`, their run ids in `trackers.json`), and whatever plots the notebook saves. Each
+session's row of sessions.jsonl says what it ran on (`lib.runtime.environment`) and, updated
+after each epoch, how fast it trained. Only the main rank writes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from lib.base import atomic
@@ -19,6 +23,8 @@ from lib.base.errors import OutDirError
 from lib.runs import identity as experiment
 from lib.runs.checkpoints import Checkpoints
 from lib.runs.records import write_jsonl
+from lib.runs.trackers import Trackers
+from lib.runtime import environment
 from lib.runtime.clock import Clock
 from lib.runtime.platforms import Storage, staging, storage
 
@@ -49,7 +55,8 @@ class RunFolder:
                  session_hours: float | None = None, main: bool = True,
                  tensorboard: bool = True, progress: bool = True,
                  session: dict | None = None, note: str | None = None,
-                 clock: Clock | None = None, storage: Storage | None = None) -> None:
+                 clock: Clock | None = None, storage: Storage | None = None,
+                 trackers: Sequence[str] | None = None) -> None:
         self.dir = check_writable(out_dir) if main else Path(out_dir)
         self.main = main
         # The session's clock (lib.runtime.clock); `session_hours` alone: a limit from now.
@@ -61,8 +68,12 @@ class RunFolder:
         self.metrics_path = self.dir / "metrics.jsonl"
         self.checkpoints = Checkpoints(self.dir / "checkpoints", workload, model_config,
                                        log=self.log, stage=staging(self.storage, self.dir))
-        self._tb_enabled, self._progress_enabled = tensorboard, progress
-        self.tb = None
+        self._progress_enabled = progress
+        # TRACKERS; without it, TensorBoard unless `tensorboard` is False
+        names = trackers if trackers is not None else (["tensorboard"] if tensorboard else [])
+        self.trackers = Trackers(names, self.dir, log=self.log)
+        self._saved_ids: dict | None = None  # the tracker ids the resumed checkpoint kept
+        self._row: tuple[int, dict] | None = None  # this session's row of sessions.jsonl
         self.history: list[dict] = []
         self.eta_warned = False
         self.session = session  # what this session trains with, for sessions.jsonl
@@ -74,9 +85,48 @@ class RunFolder:
 
     def record_session(self, start_epoch: int = 0) -> None:
         """This session trains here from epoch `start_epoch` + 1: say with what in
-        sessions.jsonl (lib.runs.identity)."""
-        if self.main and self.session is not None:
-            experiment.append_session(self.dir, dict(self.session, from_epoch=start_epoch + 1))
+        sessions.jsonl (lib.runs.identity), what it runs on (one line when torch or the image
+        changed since the run's previous session), and open the trackers."""
+        if not self.main:
+            return
+        facts = {"from_epoch": start_epoch + 1, "started_at": _iso(self.clock.started_at)}
+        if self.session is not None:
+            row = dict(self.session, **facts, **environment.facts(self.session.get("device")))
+            experiment.append_session(self.dir, row)
+            rows = experiment.read_sessions(self.dir)
+            self._row = (len(rows) - 1, row)
+            if len(rows) > 1 and (line := environment.drift(rows[-2], row)):
+                self.log(line)
+        self.trackers.start(self.history, self._facts(facts), self._saved_ids)
+
+    def _facts(self, facts: dict) -> dict:
+        """What the trackers say of this run and session (lib.runs.trackers)."""
+        rows = experiment.read_sessions(self.dir)
+        config = experiment.read_config(self.dir) or {}
+        platforms = [r["platform"] for r in rows if r.get("platform")]
+        return {**{k: (self.session or {}).get(k) for k in ("platform", "device", "precision")},
+                **facts, "workload": self.checkpoints.workload, "run": self.dir.name,
+                "experiment": config.get("experiment", {}), "session": max(len(rows), 1),
+                "platforms": sorted(set(platforms), key=platforms.index)}
+
+    def _speed(self) -> None:
+        """This session's row, brought up to date after an epoch: when it last trained, its
+        epochs, seconds per epoch (torch.compile's once-off time left out) and samples/s."""
+        if self._row is None:
+            return
+        index, row = self._row
+        mine = [r for r in self.history if r["epoch"] >= row["from_epoch"]]
+        train_s = sum(r.get("train_samples", 0) / r["samples_per_s"] for r in mine
+                      if r.get("samples_per_s"))
+        row.update(ended_at=_iso(time.time()), epochs_trained=len(mine),
+                   seconds_per_epoch=round(sum(r.get("seconds", 0.0) - r.get(
+                       "compile_seconds", 0.0) for r in mine) / max(len(mine), 1), 3),
+                   samples_per_s=round(sum(r.get("train_samples", 0) for r in mine)
+                                       / train_s, 1) if train_s else None)
+        rows = experiment.read_sessions(self.dir)
+        if index < len(rows) and rows[index].get("started_at") == row["started_at"]:
+            rows[index] = row
+            write_jsonl(self.dir / experiment.SESSIONS, rows)
 
     def keep_old_metrics(self) -> None:
         """Training starts from epoch 1 in a folder that has epoch records (every checkpoint
@@ -89,18 +139,15 @@ class RunFolder:
         os.replace(self.metrics_path, aside)
         self.log(f"the epoch records of the lost run are kept in {aside}")
 
-    def begin(self, history: list[dict], start_epoch: int) -> None:
-        """Write the resumed history; open TensorBoard past `start_epoch`."""
+    def begin(self, history: list[dict], start_epoch: int, state: dict | None = None) -> None:
+        """Write the resumed history (from checkpoint `state`, whose tracker ids are used
+        when trackers.json is gone)."""
         self.history = list(history)
+        self._saved_ids = (state or {}).get("trackers")
         if not self.main:
             return
         (self.dir / STOPPED).unlink(missing_ok=True)  # this session takes over
         write_jsonl(self.metrics_path, self.history)
-        if self._tb_enabled:
-            from torch.utils.tensorboard import SummaryWriter
-
-            # purge_step drops events a killed run logged after its last checkpoint.
-            self.tb = SummaryWriter(str(self.dir / "tb"), purge_step=start_epoch + 1)
 
     def progress(self, total: int):
         if not (self.main and self._progress_enabled):
@@ -109,20 +156,19 @@ class RunFolder:
 
     def save(self, state: dict, epoch: int, batch: int, best: bool = False) -> None:
         if self.main:
+            if ids := self.trackers.ids():  # a checkpoint carries its trackers' run ids
+                state = dict(state, trackers=ids)
             self.checkpoints.save(state, epoch, batch, best=best)
             self.warn_output_cap()
 
     def end_epoch(self, record: dict, epochs: int, progress) -> None:
-        """Append the record to metrics.jsonl and TensorBoard; report it with an ETA."""
+        """Append the record to metrics.jsonl and the trackers; report it with an ETA."""
         self.history.append(record)
         if not self.main:
             return
         write_jsonl(self.metrics_path, self.history)
-        if self.tb is not None:
-            for k, v in record.items():
-                if isinstance(v, (int, float)) and k != "epoch":
-                    self.tb.add_scalar(k, v, record["epoch"])
-            self.tb.flush()
+        self.trackers.log(record)
+        self._speed()
         eta_h = progress_mod.eta_hours(record, epochs)
         compiling = record.get("compile_seconds", 0.0)  # once per session, not per epoch
         progress.set_postfix(loss=record.get("train_loss"), refresh=False)
@@ -181,9 +227,11 @@ class RunFolder:
                      "a smaller model.")
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-            self.tb = None
+        self.trackers.close()
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
 
 
 def _local() -> Storage:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import platform as platform_mod
 import shutil
 from dataclasses import dataclass, field
 
@@ -82,6 +83,38 @@ def probe(ask_xla: bool = False, environ=os.environ) -> Probe:
         xla_device_type=xla_type,
         shm_free=shm_free_bytes(),
     )
+
+
+def accelerator(kind: str) -> tuple[str, float | None]:
+    """(model, memory in GB) of what runs a `kind` device here, for sessions.jsonl: the GPU's
+    name and memory, Apple's shared memory MPS may use, the XLA device type (and the TPU type
+    the VM names), or the CPU's model and the machine's memory; None where unknown."""
+    if kind == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        return props.name, round(props.total_memory / 1e9, 1)
+    if kind == "mps":
+        limit = getattr(torch.mps, "recommended_max_memory", None)
+        return "Apple GPU (MPS)", round(limit() / 1e9, 1) if limit else None
+    if kind == "xla":
+        from lib.runtime import xla
+
+        tpu = os.environ.get("TPU_ACCELERATOR_TYPE")  # set on TPU VMs, e.g. v5litepod-8
+        return " ".join(filter(None, [xla.device_type() or "XLA", tpu])), None
+    model = next((line.split(":", 1)[1].strip() for line in _cpuinfo()
+                  if line.startswith("model name")), platform_mod.processor() or "CPU")
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError, AttributeError):  # no sysconf names (Windows)
+        memory = None
+    return model, round(memory, 1) if memory else None
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read().splitlines()
+    except OSError:  # not Linux
+        return []
 
 
 def shm_free_bytes(path: str = SHM) -> int | None:

@@ -18,11 +18,12 @@ import dataclasses
 import difflib
 import types
 import typing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
 from lib.base.errors import ConfigError, front_end, how_to_set
+from lib.runs.trackers import NAMES as TRACKER_NAMES
 from lib.runtime.platforms import ANY, DEVICE_CHOICES, PLATFORMS, default_dirs, get_platform
 
 __all__ = ["ConfigError", "RunConfig", "RESUME_CHOICES"]
@@ -31,7 +32,7 @@ RESUME_CHOICES = ("auto", "new", "require")
 # Parameters that may change between sessions of one run: where and on what it trains, how
 # often it saves, how it resumes. EPOCHS too, unless the lr schedule spans them.
 RUN_SETTINGS = frozenset({"platform", "device", "data_dir", "out_dir", "checkpoint_minutes",
-                          "resume", "batch_size", "epochs", "compile"})
+                          "resume", "batch_size", "epochs", "compile", "trackers"})
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -79,6 +80,8 @@ class RunConfig:
     smoke_batches: int = 6  # train (and eval) batches per epoch in smoke mode
     resume: str = "auto"  # "auto", "new" (afresh in a new sub-folder) or "require"
     compile: bool | str = "auto"  # torch.compile: "auto" (where it helps), True or False
+    # where the run's records go besides metrics.jsonl (lib/runs/trackers.py)
+    trackers: list[str] = field(default_factory=lambda: ["tensorboard"])
 
     # True where the lr schedule is laid over EPOCHS (cosine to the last epoch): then a
     # changed EPOCHS changes every remaining step's lr, so it defines the experiment.
@@ -143,6 +146,7 @@ class RunConfig:
             raise ConfigError(f"COMPILE={self.compile!r} is not a choice; expected \"auto\" "
                               "(compile where it helps), True or False; "
                               f"{how_to_set('COMPILE', 'auto')}.")
+        self._trackers()
         self._positive("epochs", self.epochs)
         if self.lr is not None:  # a workload may let None mean "the method's default"
             self._positive("lr", self.lr)
@@ -157,6 +161,33 @@ class RunConfig:
 
     def validate(self) -> None:
         """Workload-specific checks; override in subclasses."""
+
+    def _trackers(self) -> None:
+        """TRACKERS: known names, each once (a tracker listed twice would log every epoch
+        twice)."""
+        for name in self.trackers:
+            if name not in TRACKER_NAMES or self.trackers.count(name) > 1:
+                what = "is listed twice" if name in TRACKER_NAMES else "is not a tracker"
+                raise ConfigError(
+                    f"TRACKERS={self.trackers!r}: {name!r} {what}; expected each of "
+                    f"{list(TRACKER_NAMES)} at most once; "
+                    f"{how_to_set('TRACKERS', ['tensorboard', 'wandb'])}.")
+
+    @classmethod
+    def closed_choices(cls, namespace: dict[str, Any]) -> dict[str, tuple]:
+        """NAME -> the values a parameter may take, for each parameter checked against a
+        closed list when `namespace` (a parameters cell's values) is validated: DEVICE, and
+        every `_choice` a workload's checks make (Colab's form shows them as drop-downs)."""
+        seen = {"DEVICE": tuple(DEVICE_CHOICES)}
+
+        class Recording(cls):  # the same checks, each closed list written down
+            @classmethod
+            def _choice(klass, name, value, choices):
+                seen[name.upper()] = tuple(choices)
+                return super()._choice(name, value, choices)
+
+        Recording.from_params(namespace)
+        return seen
 
     @classmethod
     def example(cls, field_name: str):

@@ -270,7 +270,7 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: RunFol
                 f"({len(history)} epochs in the history)")
     else:
         run.keep_old_metrics()
-    run.begin(history, start_epoch)  # from here the run folder owns the history
+    run.begin(history, start_epoch, state)  # from here the run folder owns the history
     history = run.history
     if start_epoch >= epochs:
         run.log(f"nothing to do: the checkpoint has {start_epoch} of {epochs} epochs")
