@@ -208,7 +208,7 @@ if not hasattr(bootstrap, "start"):  # a library older than this notebook's
     raise BootstrapError(f"the library at {{_root}} is older than this notebook "
                          f"(train-anywhere {{_project['version']}}): delete that folder and run "
                          "this cell again, or open the notebook rendered there.")
-_runtime = bootstrap.start(PLATFORM, _root, _project, _how)'''
+_runtime = bootstrap.start(PLATFORM, _root, _project, _how, globals().get("TRACKERS"))'''
 
 
 def bootstrap_metadata(platform: Platform) -> dict:
@@ -241,6 +241,53 @@ def _metadata(platform: Platform) -> dict:
     return meta
 
 
+# Colab's form view (googlecolab/colabtools#3377: Colab has no cell tags, so a form is how it
+# sets parameters): `# @title` first, each parameter `NAME = value  # @param ...` (a closed
+# list is a drop-down; `raw` takes any Python literal: None, a list), its explanation a
+# `# @markdown` line above it; the cell shown as the form alone (metadata cellView "form", as
+# Colab saves it). The code stays valid Python, so papermill's cell after it still overrides.
+FORM_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def form_annotation(kind, choices: tuple | None) -> str:
+    """What follows `# @param` for a parameter of type `kind` (a type hint) and closed list."""
+    if choices and all(isinstance(c, str) for c in choices):
+        return json.dumps(list(choices))
+    return json.dumps({"type": FORM_TYPES.get(kind, "raw")}, separators=(",", ":")).replace(
+        '"type"', "type")
+
+
+def colab_form(cell, workload: str, platform: Platform) -> None:
+    """Turn the parameters `cell` into a Colab form (in place); PLATFORM stays out of it."""
+    import ast
+    import io
+    import tokenize
+    import typing
+
+    config = contract.get(workload).config
+    tree = ast.parse(cell.source)
+    values = {n.targets[0].id: ast.literal_eval(n.value) for n in tree.body
+              if isinstance(n, ast.Assign)}
+    choices = config.closed_choices(dict(values, PLATFORM=platform.name))
+    hints = typing.get_type_hints(config)
+    comments = {tok.start[0]: tok for tok in tokenize.generate_tokens(
+        io.StringIO(cell.source).readline) if tok.type == tokenize.COMMENT}
+    lines = ["# @title Parameters (a form: set the values, then run the cell)"]
+    for number, line in enumerate(cell.source.splitlines(), start=1):
+        name = line.split("=", 1)[0].strip()
+        if name not in values or name == "PLATFORM":
+            lines.append(line)
+            continue
+        comment = comments.get(number)
+        code = line[:comment.start[1]].rstrip() if comment else line.rstrip()
+        if comment:
+            lines.append(f"# @markdown `{name}`: {comment.string.lstrip('#').strip()}")
+        annotation = form_annotation(hints[name.lower()], choices.get(name))
+        lines.append(f"{code}  # @param {annotation}")
+    cell.source = "\n".join(lines)
+    cell.metadata["cellView"] = "form"
+
+
 def render(source: Path, platform: Platform, cfg: dict, legacy: bool = False) -> str:
     """The notebook JSON text for `source` on `platform`, with the record of its cells (`legacy`:
     as renderers before the record wrote it)."""
@@ -257,6 +304,8 @@ def render(source: Path, platform: Platform, cfg: dict, legacy: bool = False) ->
     # reads PLATFORM from there, so the platform is written once and `-p PLATFORM` moves both.
     for cell in nb.cells:  # the source's own cell metadata is dropped, tags kept
         cell.metadata = {"tags": cell.metadata["tags"]} if cell.metadata.get("tags") else {}
+    if platform.runtime == "colab":  # Colab has no cell tags: its form sets the parameters
+        colab_form(params[0], workload, platform)
     at = nb.cells.index(params[0]) + 1
     boot = nbformat.v4.new_code_cell(BOOTSTRAP.format(**cfg, **KAGGLE_CLONE),
                                      metadata=bootstrap_metadata(platform))

@@ -79,10 +79,16 @@ REQUIREMENTS = {
     "aedat": "aedat>=2.0",
     "ipywidgets": "ipywidgets>=8",
 }
+# A tracker's client, installed only when TRACKERS names it (lib/runs/trackers.py); MLflow's
+# SQLite store needs sqlalchemy and alembic, which mlflow-skinny leaves out.
+TRACKER_CLIENTS = {"wandb": {"wandb": "wandb>=0.21"},
+                   "mlflow": {"mlflow": "mlflow-skinny>=3", "sqlalchemy": "sqlalchemy>=2",
+                              "alembic": "alembic>=1.13"}}
 
 
-def missing_requirements(find_spec=importlib.util.find_spec) -> list[str]:
-    return [req for name, req in REQUIREMENTS.items() if find_spec(name) is None]
+def missing_requirements(find_spec=importlib.util.find_spec, trackers=()) -> list[str]:
+    tables = [REQUIREMENTS, *(TRACKER_CLIENTS.get(name, {}) for name in trackers or ())]
+    return [req for table in tables for name, req in table.items() if find_spec(name) is None]
 
 
 def pip_command(requirements: list[str], constraints: Path | None = None) -> list[str]:
@@ -125,10 +131,11 @@ def absent_pins(lock: Path, version=importlib.metadata.version) -> list[str]:
 
 
 def install_missing(run=subprocess.run, find_spec=importlib.util.find_spec,
-                    lock: Path | None = None, version=importlib.metadata.version) -> list[str]:
-    """pip-install what is missing, at the versions of `lock` (those the image's lane tested);
-    return the requirements installed."""
-    missing = missing_requirements(find_spec)
+                    lock: Path | None = None, version=importlib.metadata.version,
+                    trackers=()) -> list[str]:
+    """pip-install what is missing (and the clients of `trackers`), at the versions of `lock`
+    (those the image's lane tested); return the requirements installed."""
+    missing = missing_requirements(find_spec, trackers)
     if not missing:
         print("bootstrap: every requirement is already installed")
         return []
@@ -273,9 +280,9 @@ def modal_lines(runtime: str, environ=os.environ, version=importlib.metadata.ver
 
 
 def prepare(platform_name: str, root: Path, environ=os.environ,
-            mac: bool | None = None) -> str:
-    """Set up this runtime for a `platform_name` notebook; returns the runtime detected.
-    `mac`: whether this is a Mac (default: sys.platform), the one place MPS exists."""
+            mac: bool | None = None, trackers=()) -> str:
+    """Set up this runtime for a `platform_name` notebook (and its TRACKERS); returns the
+    runtime detected. `mac`: whether this is a Mac (default: sys.platform)."""
     platform = get_platform(platform_name)
     os.chdir(root)  # relative defaults (./data, ./runs) are relative to the project
     runtime = detect_runtime(environ)
@@ -288,7 +295,7 @@ def prepare(platform_name: str, root: Path, environ=os.environ,
     if runtime != "local" and (problem := torch_problem(runtime)):
         raise EnvironmentTooOld(problem)  # before pip adds packages beside a torch to replace
     if runtime in ("colab", "kaggle", *clouds.RUNTIMES):
-        install_missing(lock=image_lock(platform_name, root))
+        install_missing(lock=image_lock(platform_name, root), trackers=trackers)
     if runtime == "colab":  # never "vertex" (Colab Enterprise, Workbench): no Drive there
         print(drive_line(environ))
     if runtime == "lightning":
@@ -332,11 +339,13 @@ def move_clone(clone: Path, ref: str, url: str) -> str:
     return "already there" if after == before else f"moved from {before[:12]}"
 
 
-def start(platform_name: str, root: Path, project: dict, how: str | None) -> str:
+def start(platform_name: str, root: Path, project: dict, how: str | None,
+          trackers=None) -> str:
     """The bootstrap cell's work once `lib` imports from `root`: move an earlier clone to the
     rendered ref (`how` "clone"; then the moved library runs the rest), check the library is
-    the version the notebook was rendered for, say which, and `prepare` the runtime. `how`:
-    None (the checkout the notebook was opened from), "cloned", or what `move_clone` did."""
+    the version the notebook was rendered for, say which, and `prepare` the runtime (with the
+    clients its TRACKERS need). `how`: None (the checkout the notebook was opened from),
+    "cloned", or what `move_clone` did."""
     import lib
 
     root = Path(root)
@@ -349,7 +358,7 @@ def start(platform_name: str, root: Path, project: dict, how: str | None) -> str
             importlib.invalidate_caches()
             from lib import bootstrap as moved
 
-            return moved.start(platform_name, root, project, how)
+            return moved.start(platform_name, root, project, how, trackers)
     if getattr(lib, "__version__", None) != project["version"]:
         raise BootstrapError(
             f"this notebook was rendered for train-anywhere {project['version']}, but the "
@@ -361,7 +370,7 @@ def start(platform_name: str, root: Path, project: dict, how: str | None) -> str
     source = "the checkout" if how is None else f"{repository}@{ref} ({how})"
     print(f"bootstrap: train-anywhere {lib.__version__} at commit {commit} from {source} at "
           f"{root}")
-    return prepare(platform_name, root)
+    return prepare(platform_name, root, trackers=trackers or ())
 
 
 def finish(runtime: str, out_dir: Path | None = None) -> None:
@@ -379,12 +388,13 @@ def finish(runtime: str, out_dir: Path | None = None) -> None:
 
 
 def show_tensorboard(logdir, runtime: str) -> None:
-    """Inline TensorBoard on Colab; elsewhere say how to open it (Kaggle has no inline one)."""
-    if runtime == "colab":
+    """Inline TensorBoard on Colab; elsewhere say how to open it (Kaggle has no inline one);
+    nothing when TRACKERS left TensorBoard out."""
+    if Path(logdir).is_dir() and runtime == "colab":
         from IPython import get_ipython
 
         ip = get_ipython()
         ip.run_line_magic("load_ext", "tensorboard")
         ip.run_line_magic("tensorboard", f"--logdir {shlex.quote(str(logdir))}")
-    else:
+    elif Path(logdir).is_dir():
         print(f"TensorBoard logs: {logdir}  (view with: tensorboard --logdir {logdir})")

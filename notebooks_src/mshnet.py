@@ -41,6 +41,7 @@ PLATFORM = "local"  # which notebook this is (written by build_notebooks.py)
 DEVICE = "auto"  # "auto", "cuda", "xla", "mps" or "cpu"
 DATA_DIR = None  # None: found under /kaggle/input or Drive's train-anywhere/data
 OUT_DIR = None  # None: Drive on Colab, /kaggle/working on Kaggle, ./runs locally
+TRACKERS = ["tensorboard"]  # and/or "wandb", "mlflow" (guide: Tracking and secrets)
 SAMPLE_DATA = False  # True: write and use a small offline sample in the real layout
 SMOKE = False  # True: a few batches per epoch, for a quick check
 DATASET = "IRSTD-1k"  # "IRSTD-1k" or "NUDT-SIRST": picks the folder and the paper's row

@@ -30,6 +30,7 @@ PLATFORM = "local"  # which notebook this is (written by build_notebooks.py)
 DEVICE = "auto"  # "auto", "cuda", "xla", "mps" or "cpu"
 DATA_DIR = None  # None: the platform's data folder (/content on Colab), ./data locally
 OUT_DIR = None  # None: Drive on Colab, /kaggle/working on Kaggle, ./runs locally
+TRACKERS = ["tensorboard"]  # and/or "wandb", "mlflow" (guide: Tracking and secrets)
 SAMPLE_DATA = False  # True: write and use a small offline sample in the real format
 SMOKE = False  # True: a few batches per epoch, for a quick check
 DATASET = "cifar10"  # "cifar10" or "cifar100"

@@ -102,8 +102,12 @@ def test_header_bootstrap_and_parameters(platform):
     runtime = PLATFORMS[platform].runtime
     assert (boot.metadata.get("cellView") == "form") is (runtime == "colab")
     assert (boot.metadata.get("_kg_hide-input") is True) is (runtime == "kaggle")
-    assert all(c.metadata in ({}, {"tags": ["parameters"]}) for c in nb.cells if c is not boot)
-    assert boot.source.endswith("_runtime = bootstrap.start(PLATFORM, _root, _project, _how)")
+    form = {"cellView": "form"} if runtime == "colab" else {}  # Colab: the parameters' form
+    assert nb.cells[params[0]].metadata == {"tags": ["parameters"], **form}
+    assert all(c.metadata in ({}, {"tags": ["parameters"], **form}) for c in nb.cells
+               if c is not boot)
+    assert boot.source.endswith("_runtime = bootstrap.start(PLATFORM, _root, _project, _how, "
+                                'globals().get("TRACKERS"))')
     # Short to read: it finds or clones the project; the rest is lib/bootstrap.py's `start`.
     assert len(boot.source.splitlines()) <= 60
     assert not any(f"\"{name}\"" in boot.source for name in PLATFORMS)
