@@ -1,12 +1,13 @@
 """The real `kaggle` client, authenticated, at the endpoint KAGGLE_API_ENVIRONMENT names.
 
 The client reads credentials as `kaggle` itself does (KAGGLE_API_TOKEN, ~/.kaggle/...,
-KAGGLE_USERNAME + KAGGLE_KEY). KAGGLE_API_ENVIRONMENT selects kagglesdk's endpoint (TEST:
-http://localhost:7777, which the tests serve with a stand-in); kaggle 2.2's KaggleApi
-passes only its own --local/--staging flags to kagglesdk, so `_Api` hands it that choice.
-`kernels output` pages through all files from kaggle 2.2.2 on (kaggle-cli #1046; earlier
-clients fetched the first page only), so older clients are refused. Used by the sweep's
-kaggle backend and by `train-anywhere carry`.
+KAGGLE_USERNAME + KAGGLE_KEY); on Colab or Kaggle those names are also read from the
+platform's secret store (lib.runtime.secrets) into this process's environment, never into a
+file. KAGGLE_API_ENVIRONMENT selects kagglesdk's endpoint (TEST: http://localhost:7777, which
+the tests serve with a stand-in); kaggle 2.2's KaggleApi passes only its own --local/--staging
+flags to kagglesdk, so `_Api` hands it that choice. `kernels output` pages through all files
+from kaggle 2.2.2 on (kaggle-cli #1046; earlier clients fetched the first page only), so older
+clients are refused. Used by the sweep's kaggle backend and by `train-anywhere carry`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import io
 import re
 
 from lib.cli.params import UsageError
+from lib.runtime import secrets
 
+CREDENTIALS = ("KAGGLE_API_TOKEN", "KAGGLE_USERNAME", "KAGGLE_KEY")
 MIN_CLIENT = (2, 2, 2)  # the first kaggle client whose `kernels output` pages (#1046)
 
 
@@ -48,14 +51,15 @@ def client():
                                 api_token=self.config_values.get(self.CONFIG_NAME_TOKEN),
                                 response_processor=self.get_response_processor())
 
+    secrets.export(CREDENTIALS)  # a token kept in Colab's or Kaggle's Secrets
     api = _Api()
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             api.authenticate()
     except SystemExit:
         raise UsageError("no Kaggle credentials: create a token at kaggle.com/settings/api and "
-                         "export KAGGLE_API_TOKEN=..., or run `kaggle auth login`; then run the "
-                         "same command again.") from None
+                         f"put it in {secrets.where('KAGGLE_API_TOKEN')}, or run `kaggle auth "
+                         "login`; then run the same command again.") from None
     return api
 
 

@@ -71,7 +71,7 @@ class RunFolder:
         self._progress_enabled = progress
         # TRACKERS; without it, TensorBoard unless `tensorboard` is False
         names = trackers if trackers is not None else (["tensorboard"] if tensorboard else [])
-        self.trackers = Trackers(names, self.dir, log=self.log)
+        self.trackers = Trackers(names, self.dir, say=self.log)
         self._saved_ids: dict | None = None  # the tracker ids the resumed checkpoint kept
         self._row: tuple[int, dict] | None = None  # this session's row of sessions.jsonl
         self.history: list[dict] = []

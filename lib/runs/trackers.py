@@ -295,8 +295,8 @@ def read_state(folder: Path) -> dict:
 class Trackers:
     """The trackers of one run folder for one session, on the main process."""
 
-    def __init__(self, names, folder: Path, log=print) -> None:
-        self.names, self.folder, self.log = list(names), Path(folder), log
+    def __init__(self, names, folder: Path, say=print) -> None:
+        self.names, self.folder, self.say = list(names), Path(folder), say
         self.live: dict[str, Tracker] = {}
         self.state: dict[str, dict] = {}
 
@@ -313,15 +313,15 @@ class Trackers:
             try:
                 keep, line = tracker.open(self.folder, facts, dict(kept))
             except Unavailable as exc:
-                self.log(str(exc))
+                self.say(str(exc))
                 continue
             except Exception as exc:  # a service down, a bad URI: one line, training goes on
-                self.log(f"{tracker.title}: could not start ({type(exc).__name__}: "
+                self.say(f"{tracker.title}: could not start ({type(exc).__name__}: "
                          f"{redact(str(exc))}); training goes on without {tracker.title}.")
                 continue
             self.live[name] = tracker
             if line:
-                self.log(line)
+                self.say(line)
             if tracker.keeps_steps:  # a new tracker run (its old one gone) has no epochs
                 same = all(kept.get(k) == v for k, v in keep.items() if k in ("id", "run_id"))
                 self.state[name] = dict(kept, **keep, step=kept.get("step", 0) if same else 0)
@@ -333,7 +333,7 @@ class Trackers:
     def _rewound(self, tracker: Tracker, done: int) -> None:
         step = self.state[tracker.name]["step"]
         if step > done:
-            self.log(f"{tracker.title} already has epochs up to {step}, logged before the "
+            self.say(f"{tracker.title} already has epochs up to {step}, logged before the "
                      f"checkpoint this session resumed from (epoch {done}); it gets epochs "
                      f"after {step} only, so no step repeats")
 
@@ -345,7 +345,7 @@ class Trackers:
         try:
             tracker.log(epoch, numbers(record))
         except Exception as exc:
-            self.log(f"{tracker.title}: logging epoch {epoch} failed ({type(exc).__name__}: "
+            self.say(f"{tracker.title}: logging epoch {epoch} failed ({type(exc).__name__}: "
                      f"{redact(str(exc))}); the rest of this session goes on without it.")
             self.live.pop(name)
             return
@@ -373,6 +373,6 @@ class Trackers:
             try:
                 tracker.close()
             except Exception as exc:
-                self.log(f"{tracker.title}: closing failed ({type(exc).__name__}: "
+                self.say(f"{tracker.title}: closing failed ({type(exc).__name__}: "
                          f"{redact(str(exc))})")
         self.live = {}

@@ -119,7 +119,14 @@ def runs(out: Path, metric: str) -> str:
 
 
 def report(out: Path) -> str:
-    out = Path(out)
+    """The results of `out`, then what its sessions measured per platform (lib.cli.speed)."""
+    from lib.cli.speed import table
+
+    text, timed = results(Path(out)), table(Path(out))
+    return f"{text}\n{timed}" if timed else text
+
+
+def results(out: Path) -> str:
     if (out / "sweep.json").exists():
         return sweep(out)
     if any(out.rglob("metrics.jsonl")) or any(out.glob("*/DONE.json")):

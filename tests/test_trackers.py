@@ -1,0 +1,246 @@
+"""Trackers (lib/runs/trackers.py) on the toy loop of tests/test_train.py, in this process: two
+sessions are one W&B run (offline, read back with W&B's own reader) and one MLflow run (its
+SQLite store in the run folder, read back with MlflowClient) with every epoch once; steps never
+repeat when a session resumes behind its tracker or the run folder lost trackers.json; a
+missing client or token, or a tracker failing, is one line and training completes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lib.base.errors import ConfigError
+from lib.runs import trackers
+from lib.runs.folder import RunFolder
+from lib.training.loop import fit
+from lib.workloads.fashion_mnist import FashionConfig
+from tests.test_train import CPU, loaders, make_task
+
+ALL = ["tensorboard", "wandb", "mlflow"]
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    """No network, no key, no telemetry: W&B offline, MLflow in the run folder."""
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "MLFLOW_TRACKING_URI", "WANDB_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login
+
+
+def session(out, platform, epochs, names=ALL, capsys=None):
+    """One session of the toy run in `out` on `platform`; (history, the lines it said)."""
+    run = RunFolder(out, "toy", {"hidden": 16}, progress=False, trackers=names,
+                    session={"platform": platform, "device": "cpu", "precision": "fp32",
+                             "epochs": epochs})
+    history = fit(make_task(), *loaders(), CPU, run, epochs)
+    run.close()
+    said = capsys.readouterr().out.splitlines() if capsys else []
+    return history, said
+
+
+def wandb_records(out) -> list[list[dict]]:
+    """Each session's offline W&B file, read by W&B's own reader (`wandb leet inspect`)."""
+    files = sorted((out / "wandb").glob("offline-run-*/run-*.wandb"))
+    return [[json.loads(line) for line in subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(f)], check=True,
+        capture_output=True, text=True).stdout.splitlines()] for f in files]
+
+
+def mlflow_run(uri, workload="toy"):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(f"train-anywhere-{workload}")
+    (run,) = client.search_runs([experiment.experiment_id])
+    return client, run
+
+
+def tb_steps(out, tag="train_loss") -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(out / "tb"))
+    acc.Reload()
+    return [e.step for e in acc.Scalars(tag)]
+
+
+def test_two_sessions_on_two_platforms_are_one_run_in_each_tracker(tmp_path, capsys):
+    out = tmp_path / "run"
+    _, first = session(out, "colab_t4", 2, capsys=capsys)
+    _, second = session(out, "kaggle_t4x2", 3, capsys=capsys)
+    state = json.loads((out / "trackers.json").read_text())
+    # W&B, offline: one folder per session, one run id, every epoch once, both platforms.
+    sessions = wandb_records(out)
+    assert len(sessions) == 2
+    steps = [r["history"]["step"]["num"] for s in sessions for r in s if r["type"] == "history"]
+    assert steps == [1, 2, 3]
+    runs = [r["run"] for s in sessions for r in s if r["type"] == "run"]
+    assert {r["run_id"] for r in runs} == {state["wandb"]["id"]}
+    assert set(runs[-1]["tags"]) == {"colab_t4", "kaggle_t4x2"}
+    configs = {k: v for s in sessions for r in s if r["type"] == "config"
+               for k, v in r["config"]["update"].items()}
+    assert (configs["session_1"]["platform"], configs["session_2"]["platform"]) == (
+        "colab_t4", "kaggle_t4x2")
+    assert configs["session_2"]["device"] == "cpu" and configs["session_2"]["from_epoch"] == 3
+    offline = [line for line in first + second if line.startswith("W&B: offline")]
+    assert len(offline) == 2 and all(f"`wandb sync {out / 'wandb'}`" in line for line in offline)
+    assert not [p for p in (out / "wandb").iterdir() if p.is_symlink()]  # copies stay single
+    # MLflow, at the run folder's own SQLite database: one run, every epoch once.
+    client, run = mlflow_run(f"sqlite:///{out}/mlflow.db")
+    assert run.info.run_id == state["mlflow"]["run_id"] and run.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == [1, 2, 3]
+    tags = run.data.tags
+    assert tags["platforms"] == "colab_t4, kaggle_t4x2"
+    assert (tags["session.1.platform"], tags["session.2.platform"]) == ("colab_t4", "kaggle_t4x2")
+    # TensorBoard, in tb/: the same epochs as scalars.
+    assert tb_steps(out) == [1, 2, 3]
+    # Every checkpoint carries the run ids (without the step count).
+    newest = sorted((out / "checkpoints").glob("ckpt-*.pt"))[-1]
+    kept = torch.load(newest, weights_only=True)["trackers"]
+    assert kept == {"wandb": {"id": state["wandb"]["id"], "project": "train-anywhere"},
+                    "mlflow": {"run_id": run.info.run_id, "tracking_uri": f"sqlite:///{out}/"
+                               "mlflow.db"}}
+
+
+class Recording(trackers.Tracker):
+    """A tracker that writes down the epochs it gets, per session (in place of W&B)."""
+
+    name, title = "wandb", "W&B"
+    sessions: list[list[int]] = []
+    fail_at: int | None = None
+
+    def open(self, folder, facts, kept):
+        type(self).sessions.append([])
+        return {"id": kept.get("id") or f"run-of-{facts['platform']}"}, None
+
+    def log(self, epoch, numbers):
+        if epoch == type(self).fail_at:
+            raise ConnectionError("the service went away")
+        type(self).sessions[-1].append(epoch)
+
+
+@pytest.fixture
+def recording(monkeypatch):
+    monkeypatch.setattr(Recording, "sessions", [])
+    monkeypatch.setattr(Recording, "fail_at", None)
+    monkeypatch.setitem(trackers.KINDS, "wandb", Recording)
+    return Recording
+
+
+def test_a_session_resumed_behind_its_tracker_repeats_no_step(tmp_path, capsys, recording):
+    """The newest checkpoint lost: the run goes back to epoch 2, the tracker has 3."""
+    out = tmp_path / "run"
+    session(out, "colab_t4", 3, names=["wandb"])
+    for lost in (out / "checkpoints").glob("ckpt-e0003-*"):
+        lost.unlink()
+    history, said = session(out, "kaggle_p100", 4, names=["wandb"], capsys=capsys)
+    assert [r["epoch"] for r in history] == [1, 2, 3, 4]
+    assert recording.sessions == [[1, 2, 3], [4]]
+    assert [line for line in said if "already has epochs up to 3" in line] == [
+        "W&B already has epochs up to 3, logged before the checkpoint this session resumed "
+        "from (epoch 2); it gets epochs after 3 only, so no step repeats"]
+
+
+def test_an_epoch_the_tracker_missed_is_sent_by_the_next_session(tmp_path, recording):
+    """Killed between epoch 2's checkpoint and its log (trackers.json says 1): the next
+    session sends epoch 2 first."""
+    out = tmp_path / "run"
+    session(out, "colab_t4", 2, names=["wandb"])
+    state = json.loads((out / "trackers.json").read_text())
+    (out / "trackers.json").write_text(json.dumps({"wandb": dict(state["wandb"], step=1)}))
+    session(out, "colab_t4", 3, names=["wandb"])
+    assert recording.sessions == [[1, 2], [2, 3]]
+
+
+def test_without_trackers_json_the_checkpoint_keeps_the_tracker_run(tmp_path, recording):
+    out = tmp_path / "run"
+    session(out, "colab_t4", 2, names=["wandb"])
+    (out / "trackers.json").unlink()  # a copy of the run that left it behind
+    session(out, "kaggle_t4x2", 3, names=["wandb"])
+    assert recording.sessions == [[1, 2], [3]]
+    assert json.loads((out / "trackers.json").read_text())["wandb"] == {
+        "id": "run-of-colab_t4", "step": 3}
+
+
+def test_a_tracker_that_fails_is_one_line_and_training_goes_on(tmp_path, capsys, recording):
+    recording.fail_at = 2
+    history, said = session(tmp_path / "run", "colab_t4", 3, names=["wandb", "tensorboard"],
+                            capsys=capsys)
+    assert [r["epoch"] for r in history] == [1, 2, 3] and recording.sessions == [[1]]
+    assert [line for line in said if line.startswith("W&B")] == [
+        "W&B: logging epoch 2 failed (ConnectionError: the service went away); the rest of "
+        "this session goes on without it."]
+    assert tb_steps(tmp_path / "run") == [1, 2, 3]
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("wandb client", "W&B: its client is not installed here: `pip install wandb`"),
+    ("mlflow client", "MLflow: its client is not installed here: `pip install mlflow-skinny "
+                      "sqlalchemy alembic`"),
+    ("wandb key", "W&B: no API key here: add an environment variable WANDB_API_KEY"),
+])
+def test_a_missing_client_or_token_is_one_line_and_training_completes(
+        tmp_path, capsys, monkeypatch, case, expected):
+    if case.endswith("client"):  # the client cannot be imported
+        monkeypatch.setitem(sys.modules, case.split()[0], None)
+        names = ["tensorboard", case.split()[0]]
+    else:  # W&B is reachable, but no key anywhere
+        monkeypatch.setattr(trackers, "reachable", lambda url, timeout=3.0: True)
+        names = ["tensorboard", "wandb"]
+    history, said = session(tmp_path / "run", "local", 2, names=names, capsys=capsys)
+    assert [r["epoch"] for r in history] == [1, 2]
+    title = expected.split(":")[0]
+    lines = [line for line in said if line.startswith(title)]
+    assert len(lines) == 1 and lines[0].startswith(expected), said
+    assert lines[0].endswith(f"training goes on without {title}.")
+    assert tb_steps(tmp_path / "run") == [1, 2]
+
+
+def test_wandb_logs_offline_where_told_or_without_network_online_with_a_key(monkeypatch):
+    w = trackers.WandB()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert w.mode() == ("offline", None, "WANDB_MODE=offline")
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    assert w.mode() == ("offline", None, "no network to 127.0.0.1")  # the fixture's address
+    monkeypatch.setattr(trackers, "reachable", lambda url, timeout=3.0: True)
+    assert w.mode() == ("online", "k" * 40, "online")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    with pytest.raises(trackers.Unavailable, match="WANDB_MODE=disabled"):
+        w.mode()
+
+
+def test_an_mlflow_uri_is_said_without_its_password():
+    assert trackers.redact("https://me:s3cret@mlflow.lab.org/") == "https://***@mlflow.lab.org/"
+    assert trackers.redact("sqlite:////runs/x/mlflow.db") == "sqlite:////runs/x/mlflow.db"
+
+
+@pytest.mark.parametrize("value, fault", [
+    (["tensorboard", "wandbb"], "'wandbb' is not a tracker"),
+    (["mlflow", "mlflow"], "'mlflow' is listed twice")])
+def test_trackers_is_checked_in_one_line(value, fault):
+    with pytest.raises(ConfigError) as err:
+        FashionConfig.from_params({"PLATFORM": "local", "TRACKERS": value})
+    text = str(err.value)
+    assert fault in text and "expected each of ['tensorboard', 'wandb', 'mlflow']" in text
+    assert "\n" not in text and "TRACKERS" in text.split(";")[-1]  # the fix names it
+
+
+def test_trackers_may_change_between_sessions_of_one_run():
+    cfg = FashionConfig.from_params({"PLATFORM": "local"})
+    assert cfg.trackers == ["tensorboard"]
+    other = FashionConfig.from_params({"PLATFORM": "local", "TRACKERS": ["wandb", "mlflow"]})
+    assert cfg.identity(64) == other.identity(64)
+
+
+def test_the_bootstrap_installs_a_trackers_client_only_when_asked_for():
+    from lib.bootstrap import missing_requirements
+
+    absent = {"wandb", "alembic"}
+    find = lambda name: None if name in absent else object()  # noqa: E731
+    assert missing_requirements(find) == []
+    assert missing_requirements(find, ["tensorboard", "wandb"]) == ["wandb>=0.21"]
+    assert missing_requirements(find, ["mlflow"]) == ["alembic>=1.13"]
