@@ -7,6 +7,7 @@ missing client or token, or a tracker failing, is one line and training complete
 import json
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -51,11 +52,14 @@ def wandb_records(out) -> list[list[dict]]:
 
 
 def mlflow_run(uri, workload="toy"):
+    """(client, the one run of the workload's experiment) at `uri`, read by MlflowClient."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name(f"train-anywhere-{workload}")
-    (run,) = client.search_runs([experiment.experiment_id])
+    with warnings.catch_warnings():  # sqlalchemy's deprecations of MLflow's own mappers
+        warnings.simplefilter("ignore")
+        client = MlflowClient(tracking_uri=uri)
+        experiment = client.get_experiment_by_name(f"train-anywhere-{workload}")
+        (run,) = client.search_runs([experiment.experiment_id])
     return client, run
 
 
