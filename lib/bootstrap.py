@@ -68,22 +68,14 @@ from lib.runtime.platforms import (  # noqa: E402
 
 # import name -> pip requirement; torch, torchvision and torch_xla are the runtime's own.
 REQUIREMENTS = {
-    "tqdm": "tqdm>=4.66",
-    "matplotlib": "matplotlib>=3.7",
-    "tensorboard": "tensorboard>=2.14",
-    "einops": "einops>=0.7",
-    "scipy": "scipy>=1.10",
-    "snntorch": "snntorch>=0.9",
-    "tonic": "tonic>=1.5",
-    "lion_pytorch": "lion-pytorch>=0.2",
-    "aedat": "aedat>=2.0",
+    "tqdm": "tqdm>=4.66", "matplotlib": "matplotlib>=3.7", "tensorboard": "tensorboard>=2.14",
+    "einops": "einops>=0.7", "scipy": "scipy>=1.10", "snntorch": "snntorch>=0.9",
+    "tonic": "tonic>=1.5", "lion_pytorch": "lion-pytorch>=0.2", "aedat": "aedat>=2.0",
     "ipywidgets": "ipywidgets>=8",
 }
-# A tracker's client, installed only when TRACKERS names it (lib/runs/trackers.py); MLflow's
-# SQLite store needs sqlalchemy and alembic, which mlflow-skinny leaves out.
-TRACKER_CLIENTS = {"wandb": {"wandb": "wandb>=0.21"},
-                   "mlflow": {"mlflow": "mlflow-skinny>=3", "sqlalchemy": "sqlalchemy>=2",
-                              "alembic": "alembic>=1.13"}}
+# TRACKERS' clients, installed only when named (lib/runs/trackers.py)
+TRACKER_CLIENTS = {"wandb": {"wandb": "wandb>=0.21"}, "mlflow": {  # SQLite: the last two
+    "mlflow": "mlflow-skinny>=3", "sqlalchemy": "sqlalchemy>=2", "alembic": "alembic>=1.13"}}
 
 
 def missing_requirements(find_spec=importlib.util.find_spec, trackers=()) -> list[str]:
@@ -133,22 +125,29 @@ def absent_pins(lock: Path, version=importlib.metadata.version) -> list[str]:
 def install_missing(run=subprocess.run, find_spec=importlib.util.find_spec,
                     lock: Path | None = None, version=importlib.metadata.version,
                     trackers=()) -> list[str]:
-    """pip-install what is missing (and the clients of `trackers`), at the versions of `lock`
-    (those the image's lane tested); return the requirements installed."""
-    missing = missing_requirements(find_spec, trackers)
-    if not missing:
+    """pip-install what is missing, at the versions of `lock` (those the image's lane tested),
+    then the clients `trackers` need: when those cannot be installed (Kaggle with its internet
+    off) one line says so and the notebook goes on; return the requirements installed."""
+    missing = missing_requirements(find_spec)
+    clients = missing_requirements(find_spec, trackers)[len(missing):]
+    if not missing + clients:
         print("bootstrap: every requirement is already installed")
         return []
     constraints = None
     if lock is not None:
         constraints = Path(tempfile.mkdtemp()) / "constraints.txt"
         constraints.write_text("\n".join(absent_pins(lock, version)) + "\n")
-    cmd = pip_command(missing, constraints)
     tested = f" (at the versions its CI lane passed with: {lock.name})" if lock else ""
-    print("bootstrap: installing what this runtime lacks" + tested + ":",
-          shlex.join(["pip", *cmd[3:]]))
-    run(cmd, check=True)
-    return missing
+    for wanted, required in ((missing, True), (clients, False)):
+        cmd = pip_command(wanted, constraints)
+        if wanted:
+            print("bootstrap: installing what this runtime lacks" + tested + ":",
+                  shlex.join(["pip", *cmd[3:]]))
+        if wanted and getattr(run(cmd, check=required), "returncode", 0):
+            print(f"bootstrap: {', '.join(wanted)} could not be installed (no network? on "
+                  "Kaggle: Settings -> Internet on); the trackers that need them say so")
+            clients = []
+    return missing + clients
 
 
 def mount_drive() -> Path:

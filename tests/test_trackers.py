@@ -71,6 +71,7 @@ def tb_steps(out, tag="train_loss") -> list[int]:
     return [e.step for e in acc.Scalars(tag)]
 
 
+@pytest.mark.slow  # MLflow creates its SQLite schema (~10 s): `make test`, not test-quick
 def test_two_sessions_on_two_platforms_are_one_run_in_each_tracker(tmp_path, capsys):
     out = tmp_path / "run"
     _, first = session(out, "colab_t4", 2, capsys=capsys)
@@ -248,3 +249,23 @@ def test_the_bootstrap_installs_a_trackers_client_only_when_asked_for():
     assert missing_requirements(find) == []
     assert missing_requirements(find, ["tensorboard", "wandb"]) == ["wandb>=0.21"]
     assert missing_requirements(find, ["mlflow"]) == ["alembic>=1.13"]
+
+
+def test_a_client_that_cannot_be_installed_is_one_line_and_the_bootstrap_goes_on(capsys):
+    """Kaggle with its internet off: pip fails for the clients TRACKERS asks for; the
+    requirements themselves are still installed with check=True."""
+    from lib.bootstrap import install_missing
+
+    calls = []
+
+    def pip(cmd, check):
+        calls.append((cmd[-1], check))
+        return subprocess.CompletedProcess(cmd, 0 if check else 1)
+
+    absent = {"tonic", "wandb"}
+    installed = install_missing(run=pip, trackers=["wandb"],
+                                find_spec=lambda name: None if name in absent else object())
+    assert installed == ["tonic>=1.5"] and calls == [("tonic>=1.5", True), ("wandb>=0.21", False)]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == ("bootstrap: wandb>=0.21 could not be installed (no network? on Kaggle: "
+                         "Settings -> Internet on); the trackers that need them say so")
