@@ -181,6 +181,18 @@ def test_a_tracker_that_fails_is_one_line_and_training_goes_on(tmp_path, capsys,
     assert tb_steps(tmp_path / "run") == [1, 2, 3]
 
 
+def test_only_the_main_process_logs(tmp_path, recording):
+    """A DDP or TPU worker's run folder opens no tracker and writes no tracker file."""
+    run = RunFolder(tmp_path / "run", "toy", {}, main=False, progress=False, trackers=ALL,
+                    session={"platform": "kaggle_t4x2", "device": "cuda", "epochs": 1})
+    run.begin([], 0)
+    run.record_session(0)
+    run.end_epoch({"epoch": 1, "seconds": 1.0, "samples_per_s": 1.0, "train_loss": 1.0}, 1,
+                  run.progress(1))
+    run.close()
+    assert recording.sessions == [] and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("case, expected", [
     ("wandb client", "W&B: its client is not installed here: `pip install wandb`"),
     ("mlflow client", "MLflow: its client is not installed here: `pip install mlflow-skinny "
