@@ -288,6 +288,23 @@ def colab_form(cell, workload: str, platform: Platform) -> None:
     cell.metadata["cellView"] = "form"
 
 
+def plain_parameters(text: str) -> str:
+    """A Colab form's parameters cell as the source writes it (what `colab_form` added, taken
+    out: its title, each explanation back as the line's comment); other cells as they are."""
+    out, said = [], {}
+    for line in text.splitlines():
+        if line.startswith("# @title"):
+            continue
+        if explained := re.match(r"# @markdown `(\w+)`: (.*)$", line):
+            said[explained[1]] = explained[2]
+            continue
+        if param := re.match(r"(\w+)( = .*?)  # @param .*$", line):
+            why = said.get(param[1])
+            line = f"{param[1]}{param[2]}" + (f"  # {why}" if why else "")
+        out.append(line)
+    return "\n".join(out)
+
+
 def render(source: Path, platform: Platform, cfg: dict, legacy: bool = False) -> str:
     """The notebook JSON text for `source` on `platform`, with the record of its cells (`legacy`:
     as renderers before the record wrote it)."""
@@ -628,6 +645,7 @@ def _carried(cell, old, problems: list[str], label: str, platform_line: str):
     source's PLATFORM line; the source's cell metadata is kept, the notebook's tags taken."""
     text = cell.source
     if "parameters" in old.metadata.get("tags", []):
+        text = plain_parameters(text)  # a Colab form's annotations stay out of the source
         mine = _PLATFORM_LINE.search(text)
         if mine is None:
             problems.append(f"{label}: the parameters cell lost its `PLATFORM = ...` line: put "

@@ -133,3 +133,32 @@ def test_every_other_platform_keeps_the_plain_cell(platform):
     assert cell.metadata == {"tags": ["parameters"]}
     assert "@param" not in cell.source and "@title" not in cell.source
     assert cell.source.splitlines()[1:] == source.splitlines()[1:]  # all but PLATFORM's line
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_the_form_taken_out_again_is_the_plain_cell(workload):
+    """build_notebooks.plain_parameters undoes colab_form: what carry-back writes to the
+    source from a Colab notebook is the plain cell, each explanation its line's comment."""
+    form = params_cell(rendered(workload, "colab_t4")).source
+    plain = params_cell(rendered(workload, "local")).source.replace(
+        'PLATFORM = "local"', 'PLATFORM = "colab_t4"')
+    assert "@param" in form and bn.plain_parameters(form) == plain
+    assert bn.plain_parameters(plain) == plain
+
+
+def test_a_value_set_in_colabs_form_carries_back_as_a_plain_line():
+    """EPOCHS set to 3 in the form (Colab rewrites the value, keeps the annotation): carried
+    back, the source's line is `EPOCHS = 3` with its explanation, no annotation."""
+    from pathlib import Path
+
+    nb = rendered("fashion_mnist", "colab_t4")
+    cell = params_cell(nb)
+    cell.source = cell.source.replace('EPOCHS = 14  # @param {type:"integer"}',
+                                      'EPOCHS = 3  # @param {type:"integer"}')
+    src = ROOT / "notebooks_src" / "fashion_mnist.py"
+    source, carried, problems = bn.carry_plan(nb, src, PLATFORMS["colab_t4"], CFG,
+                                              Path("notebooks_src/fashion_mnist.py"))
+    assert problems == [] and len(carried) == 1
+    (new,) = [c for c in source.cells if "parameters" in c.metadata.get("tags", [])]
+    assert new.source == source_cell("fashion_mnist").replace(
+        "EPOCHS = 14  # passes", "EPOCHS = 3  # passes")
