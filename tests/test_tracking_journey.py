@@ -56,6 +56,7 @@ def journey(tmp_path_factory):
              "COLAB_RELEASE_TAG": "release-colab-test", "TA_COLAB_DRIVE": str(root / "drive"),
              "TA_FAKE_COLAB_LOG": str(stores), "TA_COLAB_CONTENT": str(root / "content"),
              "TA_FAKE_COLAB_SECRETS": str(stores / "colab.json"), "TA_SESSION_EPOCHS": "1"}
+    service = os.environ.pop("WANDB_SERVICE", None)  # a service this worker's tests started
     first = execute("fashion_mnist", "colab_t4", root / "nb-colab", env=colab, **PARAMS)
     run1 = root / "drive" / "MyDrive" / "train-anywhere" / "runs" / "fashion_mnist"
     # Its run folder as a Kaggle dataset, attached read-only to the Kaggle notebook.
@@ -70,6 +71,8 @@ def journey(tmp_path_factory):
               "TA_FAKE_KAGGLE_SECRETS": str(stores / "kaggle.json")}
     second = execute("fashion_mnist", "kaggle_t4x2", root / "nb-kaggle", env=kaggle, **PARAMS)
     run2 = root / "kaggle" / "working" / "runs" / "fashion_mnist"
+    if service:
+        os.environ["WANDB_SERVICE"] = service
     return root, uri, (first, run1), (second, run2)
 
 

@@ -155,7 +155,8 @@ class WandB(Tracker):
         run_id = kept.get("id") or random_ids.token_hex(6)  # W&B ids: [0-9a-z_-]
         project = kept.get("project") or os.environ.get("WANDB_PROJECT") or "train-anywhere"
         settings = wandb.Settings(mode=mode, api_key=key, silent=True, console="off",
-                                  disable_git=True, save_code=False, reinit="create_new")
+                                  disable_git=True, save_code=False, reinit="create_new",
+                                  symlink=False)  # the run folder is copied between platforms
         with _quiet():
             self.run = wandb.init(
                 project=project, id=run_id, dir=str(folder), settings=settings,
@@ -179,17 +180,21 @@ class WandB(Tracker):
         self._tidy()
 
     def _tidy(self) -> None:
-        """wandb/latest-run and the debug logs are links: a copy of the run folder (a Kaggle
-        carry-over, `train-anywhere carry`) would turn latest-run into a second copy of a
-        session's files, which `wandb sync` would upload twice."""
-        for name in self.LINKS:
-            path = self.folder / name
-            if path.is_symlink() or path.is_file():
-                path.unlink()
-            elif path.is_dir():
-                import shutil
+        """No links in wandb/: latest-run, the debug logs and each session's debug-core.log
+        (a link to wandb-core's own log, outside the run) would make a copy of the run folder
+        (a Kaggle carry-over, `train-anywhere carry`) fail on a dangling one, or turn
+        latest-run into a second copy of a session that `wandb sync` would upload twice."""
+        import shutil
 
+        for path in sorted(self.folder.rglob("*"), reverse=True):
+            if path.is_symlink():
+                path.unlink()
+        for name in self.LINKS:  # what a copy that followed the links left
+            path = self.folder / name
+            if path.is_dir():
                 shutil.rmtree(path)
+            elif path.is_file():
+                path.unlink()
 
 
 class MLflow(Tracker):
