@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 import torch
@@ -17,8 +18,10 @@ from lib.base import durable
 from lib.base.errors import ConfigError
 from lib.cli import carry
 from lib.cli.params import UsageError
+from lib.launch import launch
 from lib.runs import identity as experiment
 from lib.training.loop import Backend, _restore
+from lib.workloads import fashion_mnist
 from lib.workloads.fashion_mnist import FashionConfig
 from tests.test_train import CPU, make_task, strip, train
 
@@ -82,29 +85,58 @@ def test_a_per_device_batch_too_large_for_the_device_names_the_batch_size_that_k
 
 
 # A checkpoint from another kind of device -------------------------------------------------
+CUDA_ONLY = "Attempting to deserialize object on a CUDA device"
+
+
+def save_as_if_on(location, state, path):
+    """torch.save `state` to `path` (its completion marker renewed) as a session whose
+    tensors lived on `location` writes it: the real serializer, every storage tagged
+    `location` (`torch.serialization.location_tag`, what it records for a tensor on that
+    device; torch.load puts it back there unless told `map_location`)."""
+    buffer = io.BytesIO()
+    with mock.patch("torch.serialization.location_tag", lambda storage: location):
+        torch.save(state, buffer)
+    path.write_bytes(buffer.getvalue())
+    durable.mark(path, buffer.getvalue())
+
+
 def as_if_written_on_cuda(path):
-    """Rewrite a CPU checkpoint as a CUDA fp16 session leaves one: a GradScaler's state and a
-    'cuda' RNG state (one per GPU, as torch.cuda.get_rng_state_all() gives), plus an 'mps'
-    one; its completion marker renewed."""
+    """Rewrite a CPU checkpoint as a CUDA fp16 session could leave one: every tensor stored
+    on cuda:0, a GradScaler's state and a 'cuda' RNG state (one per GPU, as
+    torch.cuda.get_rng_state_all() gives), plus an 'mps' one."""
     state = torch.load(path, map_location="cpu", weights_only=True)
     state["scaler"] = {"scale": 32768.0, "growth_factor": 2.0, "backoff_factor": 0.5,
                        "growth_interval": 2000, "_growth_tracker": 7}
     state["rng"]["cuda"] = [torch.randint(0, 255, (16,), dtype=torch.uint8) for _ in range(2)]
     state["rng"]["mps"] = torch.randint(0, 255, (16,), dtype=torch.uint8)
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    path.write_bytes(buffer.getvalue())
-    durable.mark(path, buffer.getvalue())
+    save_as_if_on("cuda:0", state, path)
 
 
-def test_a_cuda_checkpoint_resumes_on_the_cpu_and_continues_the_epoch_sequence(tmp_path):
-    """Epoch 1 'on a T4' (its checkpoint made to look so), epoch 2 here: the scaler state is
-    dropped and the GPU/MPS RNG states skipped, in one line; the records equal an
+def stored_on(path) -> set[str]:
+    """The device locations a checkpoint's tensors are stored with (torch.load hands each
+    storage's tag to a `map_location` callable)."""
+    seen = set()
+    torch.load(path, weights_only=True, map_location=lambda storage, location:
+               seen.add(location) or storage)
+    return seen
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    """This machine as CI and a Mac are: no CUDA (torch.load refuses cuda storages here)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_a_cuda_checkpoint_resumes_on_the_cpu_and_continues_the_epoch_sequence(tmp_path,
+                                                                              cpu_only):
+    """Epoch 1 'on a T4' (its checkpoint made so: tensors on cuda:0), epoch 2 here: the scaler
+    state is dropped and the GPU/MPS RNG states skipped, in one line; the records equal an
     uninterrupted two-epoch run (CPU generator and the seeded data order restored)."""
     _, whole = train(tmp_path / "whole", 2)
     train(tmp_path / "moved", 1)
     (ckpt,) = (tmp_path / "moved" / "checkpoints").glob("ckpt-*.pt")
     as_if_written_on_cuda(ckpt)
+    assert stored_on(ckpt) == {"cuda:0"}
     lines = []
     from lib.runs import folder as run_mod
 
@@ -119,6 +151,39 @@ def test_a_cuda_checkpoint_resumes_on_the_cpu_and_continues_the_epoch_sequence(t
                     "state dropped (fp32 on cpu needs none); its cuda and mps RNG state skipped "
                     "(no such device here; dropout goes on from this device's generator, the "
                     "data order is the seeded one)"]
+    assert strip(resumed) == strip(whole)
+
+
+def notebook_session(folder, epochs, monkeypatch):
+    """`session.start` as the Fashion-MNIST T4 notebook calls it, SMOKE on the sample, where
+    it finds no GPU (DEVICE "auto" falls back to the CPU)."""
+    for name in ("TA_CPU_DEVICES", "KAGGLE_KERNEL_RUN_TYPE", "COLAB_RELEASE_TAG"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = FashionConfig(platform="colab_t4", epochs=epochs, smoke=True, sample_data=True,
+                        smoke_batches=1, data_dir=str(folder.parent / "data"),
+                        out_dir=str(folder))
+    return session.start(cfg, runtime="local")
+
+
+def test_a_checkpoint_stored_on_cuda0_resumes_through_the_notebooks_calls(tmp_path, cpu_only,
+                                                                        monkeypatch, capsys):
+    """The T4 notebook's checkpoint with every tensor stored on cuda:0, continued on a machine
+    without CUDA by what the notebook runs (`session.start`, `launch(fashion_mnist.train)`):
+    the checkpoint loader maps it to the CPU, the run resumes at epoch 2 and ends where an
+    uninterrupted run ends. The file itself does not load here without `map_location`."""
+    whole = launch(fashion_mnist.train, notebook_session(tmp_path / "whole", 2, monkeypatch))
+    launch(fashion_mnist.train, notebook_session(tmp_path / "run", 1, monkeypatch))
+    (ckpt,) = (tmp_path / "run" / "checkpoints").glob("ckpt-*.pt")
+    as_if_written_on_cuda(ckpt)
+    assert stored_on(ckpt) == {"cuda:0"}
+    with pytest.raises(RuntimeError, match=CUDA_ONLY):
+        torch.load(ckpt, weights_only=True)
+    capsys.readouterr()
+    resumed = launch(fashion_mnist.train, notebook_session(tmp_path / "run", 2, monkeypatch))
+    said = capsys.readouterr().out
+    assert f"resumed from {ckpt} at epoch 1, batch 0" in said, said
+    assert "checkpoint from another kind of device, resumed on cpu" in said, said
+    assert [r["epoch"] for r in resumed] == [1, 2]
     assert strip(resumed) == strip(whole)
 
 
