@@ -308,21 +308,27 @@ def _load(*args, **kwargs):
         return _real_load(*args, **kwargs)
 
 
-def _realise(obj, path: str, recorder: Recorder):
-    """A checkpoint's fake tensors as real CPU ones (of ones); a device tensor is a finding
-    (it would reload only where that device exists)."""
+def _realise(obj, path: str, on_device: list[tuple[str, torch.device]]):
+    """A checkpoint's fake tensors as real CPU ones (of ones); each device tensor's place in
+    the state is added to `on_device` (it would reload only where that device exists)."""
     if isinstance(obj, torch.Tensor):
         if obj.device.type != "cpu":
-            recorder.findings.append(Finding(CHECKPOINT, f"{obj.device} tensor at {path}",
-                                             "lib/runs/checkpoints.py", 0, "save", ""))
+            on_device.append((path, obj.device))
         if not isinstance(obj, FakeTensor):
             return obj
         return _ones(obj.shape, obj.dtype)
     if isinstance(obj, dict):
-        return {k: _realise(v, f"{path}.{k}", recorder) for k, v in obj.items()}
+        return {k: _realise(v, f"{path}.{k}", on_device) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_realise(v, f"{path}[{i}]", recorder) for i, v in enumerate(obj))
+        return type(obj)(_realise(v, f"{path}[{i}]", on_device) for i, v in enumerate(obj))
     return obj
+
+
+def _stored_on_device(on_device: list[tuple[str, torch.device]]) -> str:
+    devices = ", ".join(sorted({str(d) for _, d in on_device}))
+    places = ", ".join(p for p, _ in on_device[:3]) + (", ..." if len(on_device) > 3 else "")
+    return (f"{len(on_device)} tensor(s) saved on {devices} ({places}): torch.load puts them "
+            "back there only; move the state to the CPU before torch.save")
 
 
 @contextlib.contextmanager
@@ -332,7 +338,12 @@ def fake_cuda(recorder: Recorder | None = None):
     recorder = recorder or Recorder()
 
     def save(obj, f, *a, **kw):
-        return _real_save(_realise(obj, "state", recorder), f, *a, **kw)
+        """torch.save of real tensors; device ones are a finding at the line that saved."""
+        on_device = []
+        real = _realise(obj, "state", on_device)
+        if on_device:
+            recorder.note(CHECKPOINT, _stored_on_device(on_device))
+        return _real_save(real, f, *a, **kw)
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(FakeTensorConverter, "from_meta_and_device",

@@ -41,6 +41,7 @@ Not covered: torch.compile (its CUDA code generator needs a GPU), DDP over sever
 
 import functools
 import inspect
+from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
@@ -53,13 +54,24 @@ from lib.data.cifar import STATS
 from lib.data.events import frame_hw
 from lib.data.on_device import Augment, DeviceLoader
 from lib.models.mshnet import MSHNetConfig
+from lib.runs import checkpoints
 from lib.training.metrics import Accuracy
 from lib.training.optim import OPTIMIZERS, make_optimizer, resolved_hparams
 from lib.workloads import fashion_mnist as fashion_workload
 from lib.workloads import get, mamba_spike, mshnet, names, optimizer_study
 from tests import fake_cuda
-from tests.device_findings import ALLOWED
-from tests.fake_cuda import A100, FLOAT64, SYNC, T4, DryRunError, Replay, cuda_choice, dry_run
+from tests.device_findings import ALLOWED, REPO
+from tests.fake_cuda import (
+    A100,
+    CHECKPOINT,
+    FLOAT64,
+    SYNC,
+    T4,
+    DryRunError,
+    Replay,
+    cuda_choice,
+    dry_run,
+)
 
 pytestmark = pytest.mark.quick
 BATCH = 2
@@ -220,6 +232,20 @@ class CpuCounterAccuracy(Accuracy):
         self.per_class += torch.bincount(target, minlength=self.num_classes)
 
 
+class DeviceCountAccuracy(Accuracy):
+    """Accuracy that also counts the samples in a device tensor, as `Accuracy` did before it
+    counted on the host: a blocking host-to-device copy every batch."""
+
+    def reset(self) -> None:
+        super().reset()
+        self.counted = None
+
+    def update(self, output, target) -> None:
+        super().update(output, target)
+        n = torch.tensor(target.shape[0], device=target.device)  # planted: host-to-device
+        self.counted = n if self.counted is None else self.counted + n
+
+
 def masked_loss(output, target):
     keep = torch.arange(target.shape[0]) >= 0  # planted: mask without device
     losses = nn.functional.cross_entropy(output, target, reduction="none")
@@ -264,11 +290,13 @@ def planted(**changes):
      ["device mix", "aten.add_", "aten.zeros"]),
     (dict(loss_fn=masked_loss), "planted: mask without device", ["device mix", "aten.mul",
                                                                  "aten.ge"]),
+    (dict(metrics=lambda: [DeviceCountAccuracy(10)]), "planted: host-to-device",
+     [SYNC, "a blocking copy of a host tensor to the device"]),
     (dict(loss_fn=float64_loss), "planted: float64", [FLOAT64]),
     (dict(loss_fn=item_loss), "planted: item per batch", [SYNC, ".item()"]),
     (dict(loss_fn=print_loss), "planted: print", [SYNC, "printing a cuda:0 tensor"]),
-], ids=["cpu-metric-counter", "mask-without-device", "float64-constant", "item-per-batch",
-        "print-per-batch"])
+], ids=["cpu-metric-counter", "mask-without-device", "host-to-device-per-batch",
+        "float64-constant", "item-per-batch", "print-per-batch"])
 def test_a_planted_mistake_is_caught_and_named(changes, marker, words, tmp_path):
     """The dry run fails, naming the kind, the op and the file:line where the tensor was made
     (a device mix) or where the code asked for it (float64, a sync). The same copy without a
@@ -277,6 +305,26 @@ def test_a_planted_mistake_is_caught_and_named(changes, marker, words, tmp_path)
         dry_run(*planted(**changes), cuda_choice(A100), tmp_path)
     message = str(err.value)
     for word in [*words, line_of(marker)]:
+        assert word in message, (word, message)
+
+
+def source_line(function, text: str) -> str:
+    """'path:N' of the line of `function` (repository-relative) that contains `text`."""
+    lines, first = inspect.getsourcelines(function)
+    n = first + next(i for i, line in enumerate(lines) if text in line)
+    return f"{Path(inspect.getsourcefile(function)).relative_to(REPO)}:{n}"
+
+
+def test_a_device_tensor_in_a_checkpoint_is_caught_at_the_line_that_saved_it(tmp_path):
+    """Planted: the checkpoint saved as the loop holds its state (`to_cpu` skipped), so the
+    weights and optimizer state go to torch.save on cuda:0. The dry run names the kind, where
+    in the state the device tensors are, and the file:line that saved them."""
+    with (mock.patch.object(checkpoints, "to_cpu", lambda state: state),  # planted: no to_cpu
+          pytest.raises(DryRunError) as err):
+        dry_run(*planted(), cuda_choice(A100), tmp_path)
+    message = str(err.value)
+    for word in [CHECKPOINT, "saved on cuda:0 (state.model.",
+                 source_line(checkpoints.atomic_save, "torch.save(")]:
         assert word in message, (word, message)
 
 
