@@ -92,9 +92,12 @@ def save_as_if_on(location, state, path):
     """torch.save `state` to `path` (its completion marker renewed) as a session whose
     tensors lived on `location` writes it: the real serializer, every storage tagged
     `location` (`torch.serialization.location_tag`, what it records for a tensor on that
-    device; torch.load puts it back there unless told `map_location`)."""
+    device; torch.load puts it back there unless told `map_location`). Each tag a new string,
+    as torch's own are: the archive is then byte for byte the one torch.save writes for the
+    same tensors on that device (compared on an H200, torch 2.11)."""
     buffer = io.BytesIO()
-    with mock.patch("torch.serialization.location_tag", lambda storage: location):
+    with mock.patch("torch.serialization.location_tag",
+                    lambda storage: "".join(location.partition(":"))):
         torch.save(state, buffer)
     path.write_bytes(buffer.getvalue())
     durable.mark(path, buffer.getvalue())
