@@ -2,6 +2,10 @@
 
 The notebook source itself is run (as a plain script, the parameters overridden the way
 papermill does), so what is tested is exactly what a Colab user re-runs after a disconnect.
+Each attempt is forked by a zygote (tests/zygote.py) that imported torch once; consecutive
+attempts come from zygotes started with different PYTHONHASHSEEDs, so the process that
+resumes a checkpoint never iterates sets (and hash-ordered things) in the order of the one
+that wrote it: a resume that depends on that order shows in the comparison.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import re
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,20 +27,26 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from tests.kill_phases import MID, PHASES, START, WRITE, Folder, landed, startup_s
 from tests.zygote import Zygote
 
 ROOT = Path(__file__).resolve().parent.parent
 FAILPOINTS = ("train.step", "eval.batch", "checkpoint.write")
 TIMING = ("seconds", "samples_per_s")
+SEED = int(os.environ.get("TA_FAULT_SEED", "20261122"))  # the kill plans' and the hash seeds'
+# The zygotes' PYTHONHASHSEEDs (one zygote each, per worker): attempts take them in turn.
+HASH_SEEDS = tuple(random.Random(f"{SEED}:hash").sample(range(1, 2**32 - 1), 2))
 
 
-def notebook_script(workload: str, params: dict, path: Path) -> Path:
-    """notebooks_src/<workload>.py with a cell after `parameters` that overrides them."""
+def notebook_script(workload: str, params: dict, path: Path, prologue: str = "") -> Path:
+    """notebooks_src/<workload>.py with a cell after `parameters` that overrides them
+    (`prologue`: code run before the notebook, e.g. to plant a mistake in `lib`)."""
     nb = jupytext.read(ROOT / "notebooks_src" / f"{workload}.py", fmt="py:percent")
     at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
     overrides = "\n".join(f"{k} = {v!r}" for k, v in params.items())
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell(overrides))
     path.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                    + (f"{prologue}\n" if prologue else "")
                     + jupytext.writes(nb, fmt="py:percent"))
     return path
 
@@ -43,41 +54,82 @@ def notebook_script(workload: str, params: dict, path: Path) -> Path:
 # Kill points. Checkpoints are written after every step (the tests set CHECKPOINT_MINUTES to
 # ~0), so each kill below keeps a bounded number of steps whatever the machine's speed:
 MAX_HIT = 2  # failpoint hits: X@1 or X@2
-STARTUP_S = (0.5, 6.0)  # start-up kills: this long after the process starts...
-STARTUP_LIMIT = "train.step@1"  # ...or at its first step, whichever comes first
 TIMED_S = (1e-3, 0.3)  # timed kills X@n+d: d log-uniform in this range (see lib/base/faults.py)
+# Kills from outside (a SIGKILL sent by this process), one aimed at each phase:
+STARTUP_SHARE = (0.05, 0.5)  # start-up: this share of a restart's measured start-up
+# mid-epoch / checkpoint write: the aimed-at step (after its backward) or write (half of the
+# file written) is held open this long (TA_SLOWPOINTS), the kill sent this share of it after
+# the harness sees that step or write begin; the failpoint at its end bounds a late kill.
+WINDOW_S = 0.4
+WINDOW_SHARE = (0.05, 0.5)
+POLL_S = 0.005  # how often the run folder is read while a kill is aimed
 
 
 @dataclass(frozen=True)
 class Kill:
-    """One attempt's kill: its TA_FAILPOINTS, and for start-up kills a SIGKILL from outside."""
+    """One attempt's kill: its TA_FAILPOINTS; for a kill from outside, the phase it is aimed
+    at, when, and (mid-epoch, checkpoint write) which step or write of the attempt."""
 
-    spec: str
-    after_s: float | None = None  # SIGKILL this long after the process starts
+    spec: str  # a kill from outside: the failpoint that ends the attempt if it comes late
+    outside: str | None = None  # START, MID or WRITE
+    share: float = 0.0  # of the measured start-up (START), of WINDOW_S after it began (else)
+    nth: int = 1  # MID: the attempt's n-th step; WRITE: its n-th checkpoint write
+
+    @property
+    def slow(self) -> str | None:
+        """TA_SLOWPOINTS: the aimed-at step or write held open WINDOW_S."""
+        point = {MID: "train.step", WRITE: "checkpoint.write"}.get(self.outside)
+        return f"{point}={WINDOW_S}" if point else None
 
 
-def kill_points(seed: int | str, max_hit: int = MAX_HIT, startup: float = 0.15,
+def _outside(phase: str, rng: random.Random, max_hit: int) -> Kill:
+    if phase == START:  # or at the first training step, if start-up is over by then
+        return Kill("train.step@1", START, round(rng.uniform(*STARTUP_SHARE), 3))
+    n = rng.randint(1, max_hit)
+    point = "train.step" if phase == MID else "checkpoint.write"
+    return Kill(f"{point}@{n}", phase, round(rng.uniform(*WINDOW_SHARE), 3), n)
+
+
+def kill_points(seed: int | str, max_hit: int = MAX_HIT, block: int = 8, startup: float = 0.1,
                 timed: float = 0.4) -> Iterator[Kill]:
-    """An endless stream of kill points, replayable from `seed`, drawn as:
+    """An endless stream of kill points, replayable from `seed`, in blocks of `block`; each
+    block has one SIGKILL from outside aimed at each phase, at random places:
 
-    * `startup`: at a random moment of the notebook's start-up (imports, session, data
-      cells), or at the first training step if start-up is over by then: keeps 0 steps;
+    * start-up: `share` of the start-up measured on this run's restarts (imports of `lib`,
+      session, data cells, the resume), or at the first training step (`train.step@1`) if
+      start-up is over by then: keeps 0 steps;
+    * mid-epoch: during the attempt's n-th training step (held open after its backward),
+      before its update: keeps n - 1 steps, as `train.step@n`, its limit;
+    * checkpoint write: during the attempt's n-th checkpoint write (held open half-written):
+      keeps n - 1 steps, as `checkpoint.write@n`, its limit.
+
+    The other kills are drawn as:
+    * `startup`: another start-up kill from outside;
     * `timed`: `X@n+d`, d from 1 ms to 0.3 s after the n-th hit of X, wherever the process
       then is (mid-step, mid-evaluation, mid-write, logging); it waits for the kill at the
       next `train.step` / `checkpoint.write`, so it keeps what that point's kill keeps;
     * otherwise `X@n` exactly at a failpoint.
     """
+    assert block > len(PHASES)
     rng = random.Random(seed)
+    first = True
     while True:
-        r = rng.random()
-        if r < startup:
-            yield Kill(STARTUP_LIMIT, round(rng.uniform(*STARTUP_S), 2))
-            continue
-        spec = f"{rng.choice(FAILPOINTS)}@{rng.randint(1, max_hit)}"
-        if r < startup + timed:
-            low, high = (math.log10(t) for t in TIMED_S)
-            spec += f"+{10 ** rng.uniform(low, high):.3f}"
-        yield Kill(spec)
+        # The aimed start-up kill is never the first kill: it is sized by a restart's start-up
+        # (the uninterrupted run's also prepared the data).
+        places = rng.sample(range(block), len(PHASES))
+        if first and places[0] == 0:
+            places[0] = rng.choice([i for i in range(1, block) if i not in places])
+        aimed, first = dict(zip(places, PHASES, strict=True)), False
+        for i in range(block):
+            r = rng.random()
+            if i in aimed or r < startup:
+                yield _outside(aimed.get(i, START), rng, max_hit)
+                continue
+            spec = f"{rng.choice(FAILPOINTS)}@{rng.randint(1, max_hit)}"
+            if r < startup + timed:
+                low, high = (math.log10(t) for t in TIMED_S)
+                spec += f"+{10 ** rng.uniform(low, high):.3f}"
+            yield Kill(spec)
 
 
 def steps_needed(kills: int, batches: int, max_hit: int = MAX_HIT) -> int:
@@ -88,8 +140,9 @@ def steps_needed(kills: int, batches: int, max_hit: int = MAX_HIT) -> int:
     `train.step@n`, `checkpoint.write@n`: n - 1 steps (the n-th is lost); `eval.batch@n`:
     batches - 1 (the epoch's rest trains first; the end-of-epoch checkpoint is not written);
     a timed kill: what a kill at the next `train.step`/`checkpoint.write` keeps, so n - 1
-    armed at `train.step`, n at `checkpoint.write`, batches - 1 at `eval.batch`; a start-up
-    kill: 0. And each kill lands while max_hit steps remain (`eval.batch` ones always: the
+    armed at `train.step`, n at `checkpoint.write`, batches - 1 at `eval.batch`; a kill from
+    outside: 0 at start-up, else what its limiting failpoint keeps (it lands before it). And
+    each kill lands while max_hit steps remain (`eval.batch` ones always: the
     notebook evaluates after training too; armed timed kills always, see lib/base/faults.py).
     """
     # eval.batch@n must land in the epoch's first evaluation (of min(batches, len) batches;
@@ -104,69 +157,154 @@ class Outcome:
     kills: list[str] = field(default_factory=list)  # what killed each attempt
     attempts: int = 0
     finished_early: bool = False  # a kill point was not reached: the run was too short
+    phases: Counter = field(default_factory=Counter)  # where the kills landed (out_dir given)
+    outside: Counter = field(default_factory=Counter)  # ... those sent from outside
+    startups: list[float] = field(default_factory=list)  # each attempt's measured start-up
+
+    def per_phase(self) -> str:
+        return ", ".join(f"{p}: {self.phases[p]} ({self.outside[p]} from outside)"
+                         for p in PHASES)
 
 
-_ZYGOTE: Zygote | None = None
+@dataclass
+class Attempt:
+    how: str  # "finished", "killed" (by its failpoint) or "killed from outside"
+    err: str  # its stderr
+    phase: str | None = None  # where it died (START, MID, WRITE), with a run folder to read
+    startup_s: float | None = None  # fork to its first training step, where it got there
 
 
-def _run(script: Path, env: dict, after_s: float | None, timeout: float) -> tuple[str, str]:
-    """(how the run ended: "finished", "killed" or "killed from outside", its stderr).
+_ZYGOTES: dict[int, Zygote] = {}
 
-    Each run is a child forked by this worker's zygote (tests/zygote.py), which imported torch
-    and the other heavy libraries once: a restart costs the notebook's own start-up, not
-    Python's and torch's again."""
-    global _ZYGOTE
-    if _ZYGOTE is None or _ZYGOTE.proc.poll() is not None:
-        _ZYGOTE = Zygote()
+
+def _zygote(hash_seed: int) -> Zygote:
+    """This worker's zygote with `hash_seed` (all of HASH_SEEDS start together: their imports
+    overlap)."""
+    if hash_seed not in _ZYGOTES or _ZYGOTES[hash_seed].proc.poll() is not None:
+        for seed in {*HASH_SEEDS, hash_seed}:
+            if seed not in _ZYGOTES or _ZYGOTES[seed].proc.poll() is not None:
+                _ZYGOTES[seed] = Zygote(dict(os.environ, PYTHONHASHSEED=str(seed)))
+    return _ZYGOTES[hash_seed]
+
+
+def _sigkill(pid: int) -> bool:
+    """SIGKILL `pid` unless it already died (its own failpoint): True if this one killed it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    if state in ("Z", "X"):
+        return False
+    os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def _began(kill: Kill, before: Folder, now: Folder, writes: set[str]) -> bool:
+    """Has the attempt begun the step or write `kill` is aimed at?"""
+    if kill.outside == WRITE:
+        writes |= now.writing - before.writing
+        return len(writes) >= kill.nth
+    if kill.nth == 1:  # the first step follows its session row
+        return bool(now.trained_since(before))
+    return len(now.done - before.done) >= kill.nth - 1  # the step after the (n-1)-th save
+
+
+def _run(script: Path, env: dict, kill: Kill | None, timeout: float, hash_seed: int,
+         out: Path | None, startup: float | None) -> Attempt:
+    """One attempt, forked by the zygote with `hash_seed`; `kill` from outside is sent when
+    it says (`startup`: the start-up to take a share of), watching `out`, the run folder.
+
+    A zygote imported torch and the other heavy libraries once: a restart costs the
+    notebook's own start-up, not Python's and torch's again."""
+    zygote = _zygote(hash_seed)
+    zygote.ready()
     err_path = script.with_suffix(".stderr")
-    pid = _ZYGOTE.start(script, env, ROOT, err_path)
-    outside, returncode = False, None
-    if after_s is not None:
-        returncode = _ZYGOTE.wait(after_s)
-        if returncode is None:
-            os.kill(pid, signal.SIGKILL)
-            outside = True
-    if returncode is None:
-        returncode = _ZYGOTE.wait(timeout)
-    if returncode is None:
-        os.kill(pid, signal.SIGKILL)
-        _ZYGOTE.wait()
-        raise subprocess.TimeoutExpired(str(script), timeout)
+    before = Folder.read(out) if out else None
+    aim = kill.outside if kill else None
+    assert aim is None or out is not None, "a kill from outside needs the run folder"
+    started_at, t0 = time.time(), time.monotonic()
+    pid = zygote.start(script, dict(env, PYTHONHASHSEED=str(hash_seed)), ROOT, err_path)
+    fire = t0 + kill.share * startup if aim == START else None
+    sent, outside, writes, code = False, False, set(), None
+    while code is None:
+        now = time.monotonic()
+        if fire is None and aim in (MID, WRITE) and _began(kill, before, Folder.read(out),
+                                                           writes):
+            fire = now + kill.share * WINDOW_S
+        if fire is not None and not sent and now >= fire:
+            sent, outside = True, _sigkill(pid)
+        if now - t0 > timeout:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            zygote.wait()
+            raise subprocess.TimeoutExpired(str(script), timeout)
+        wait = (t0 + timeout - now if sent or aim is None  # for the end
+                else POLL_S if fire is None else fire - now)  # watching, or for the kill
+        code = zygote.wait(max(0.0, wait))
     err = err_path.read_text(errors="replace")
-    if returncode not in (0, -signal.SIGKILL):
-        raise RuntimeError(f"{script.name} failed (exit {returncode}):\n{err[-3000:]}")
-    if returncode == 0:
-        return "finished", err
-    return ("killed from outside" if outside else "killed"), err
+    if code not in (0, -signal.SIGKILL):
+        raise RuntimeError(f"{script.name} failed (exit {code}):\n{err[-3000:]}")
+    attempt = Attempt("finished" if code == 0 else "killed from outside" if outside
+                      else "killed", err)
+    if out is not None:
+        after = Folder.read(out)
+        attempt.startup_s = startup_s(before, after, started_at)
+        attempt.phase = landed(before, after) if code else None
+    return attempt
 
 
-def _describe(kill: Kill, how: str, err: str, seconds: float) -> str:
-    if kill.after_s is not None:
-        return (f"SIGKILL at start-up after {kill.after_s}s" if how == "killed from outside"
-                else f"{kill.spec} before the {kill.after_s}s start-up kill ({seconds:.1f}s)")
-    held = re.search(r"failpoints: held at (\S+)", err)
-    return kill.spec + (f" (held at {held.group(1)})" if held else "")
+def _nth(n: int) -> str:
+    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n, 'th')}"
+
+
+def _describe(kill: Kill, attempt: Attempt, startup: float | None) -> str:
+    if kill.outside == START:
+        aim = f"SIGKILL at {kill.share:.0%} of start-up ({kill.share * startup:.2f}s)"
+    elif kill.outside:
+        step = "training step" if kill.outside == MID else "checkpoint write"
+        aim = f"SIGKILL during the {_nth(kill.nth)} {step}"
+    else:
+        held = re.search(r"failpoints: held at (\S+)", attempt.err)
+        aim = kill.spec + (f" (held at {held.group(1)})" if held else "")
+    if kill.outside and attempt.how != "killed from outside":
+        aim += f", too late: {kill.spec} came first"
+    return aim + (f" -> {attempt.phase}" if attempt.phase else "")
 
 
 def run_with_kills(script: Path, points: Iterable[Kill] = (), kills: int = 0,
-                   timeout: float = 600) -> Outcome:
+                   timeout: float = 600, out_dir: Path | None = None,
+                   startup: float | None = None,
+                   hash_seeds: tuple[int, ...] = HASH_SEEDS) -> Outcome:
     """Run `script` with the next kill point until `kills` have landed, then to the end.
 
+    `out_dir`, the run folder (or grid) the script writes, is read to aim kills from outside
+    and to tell where each kill landed. A start-up kill takes its share of the shortest
+    start-up measured on this run's attempts so far (before the first: `startup`, e.g. an
+    uninterrupted run's). Attempt i is forked with PYTHONHASHSEED `hash_seeds[i % len]`
+    (test_a_resume_that_depends_on_set_order_is_caught passes one seed to show the difference).
     If an attempt finishes instead (its kill point lay beyond the end of the training), the
     outcome says `finished_early` and no more kills are tried.
     """
     outcome = Outcome()
-    base = {k: v for k, v in os.environ.items() if k != "TA_FAILPOINTS"}
-    for kill in itertools.islice(points, kills):
-        t0 = time.monotonic()
+    base = {k: v for k, v in os.environ.items() if k not in ("TA_FAILPOINTS", "TA_SLOWPOINTS")}
+    for kill in [*itertools.islice(points, kills), None]:  # None: the last, to the end
+        estimate = min(outcome.startups, default=startup)
+        assert not kill or kill.outside != START or estimate, "start-up kills need a start-up"
+        env = dict(base, **({"TA_FAILPOINTS": kill.spec} if kill else {}),
+                   **({"TA_SLOWPOINTS": kill.slow} if kill and kill.slow else {}))
+        seed = hash_seeds[outcome.attempts % len(hash_seeds)]
+        attempt = _run(script, env, kill, timeout, seed, out_dir, estimate)
         outcome.attempts += 1
-        how, err = _run(script, dict(base, TA_FAILPOINTS=kill.spec), kill.after_s, timeout)
-        if how == "finished":
-            outcome.finished_early = True
+        if attempt.startup_s is not None:
+            outcome.startups.append(attempt.startup_s)
+        if attempt.how == "finished":
+            outcome.finished_early = kill is not None
             return outcome
-        outcome.kills.append(_describe(kill, how, err, time.monotonic() - t0))
-    outcome.attempts += 1
-    assert _run(script, base, None, timeout)[0] == "finished"
+        assert kill is not None, f"{script.name} was killed with no kill planned"
+        outcome.kills.append(_describe(kill, attempt, estimate))
+        if attempt.phase:
+            outcome.phases[attempt.phase] += 1
+            outcome.outside[attempt.phase] += attempt.how == "killed from outside"
     return outcome
 
 

@@ -4,14 +4,19 @@ end exactly where an uninterrupted run ends: same weights, same metrics.jsonl (a
 study the same results.csv), no duplicated or missing epochs.
 
 The kills land at failpoints (mid-step, mid-evaluation, mid-checkpoint-write), at arbitrary
-moments shortly after one, and at start-up (tests/fault_harness.py, lib/base/faults.py). Each kill
-keeps a bounded number of training steps, so every run is sized (`steps_needed`) for all of
-its kills to land on any machine, however fast, slow or loaded.
+moments shortly after one, and as SIGKILLs sent from outside: in every block of 8 kills (4 in
+the study) one aimed at each phase, start-up (a share of the start-up measured on the run's
+restarts), a training step and a checkpoint write (tests/fault_harness.py, lib/base/faults.py).
+Where each kill landed is read from the run folder (tests/kill_phases.py), and each run must
+have kills from outside land in all three phases. Each kill keeps a bounded number of
+training steps, so every run is sized (`steps_needed`) for all of its kills to land on any
+machine, however fast, slow or loaded. Consecutive attempts are forked from zygotes with
+different PYTHONHASHSEEDs, so a resume that depends on set order cannot pass unseen
+(`test_a_resume_that_depends_on_set_order_is_caught`). `pytest -s` prints the measured
+start-ups and where each kill landed.
 
 Replay a failure with TA_FAULT_SEED=<seed printed in the assertion>.
 """
-
-import os
 
 import pytest
 import torch
@@ -19,6 +24,8 @@ import torch
 from lib.runs.records import read_jsonl
 from lib.study.grid import read_results
 from tests.fault_harness import (
+    HASH_SEEDS,
+    SEED,
     Kill,
     kill_points,
     notebook_script,
@@ -26,9 +33,9 @@ from tests.fault_harness import (
     steps_needed,
     strip_timing,
 )
+from tests.kill_phases import PHASES
 
 pytestmark = pytest.mark.notebook
-SEED = int(os.environ.get("TA_FAULT_SEED", "20261122"))
 # workload -> (smoke parameters, kills that must land). Each restart costs a process start,
 # so the quickstart carries the 20 and the others a share each. Few batches and many epochs:
 # an eval.batch kill lets the rest of an epoch train first.
@@ -52,6 +59,14 @@ def final_state(out_dir):
     return newest.name, torch.load(newest, map_location="cpu", weights_only=True)
 
 
+def report(name, first, outcome):
+    """What `-s` shows: the measured start-ups and where each kill landed."""
+    restarts = ", ".join(f"{t:.2f}" for t in outcome.startups)
+    print(f"\n{name}: start-up {first.startups[0]:.2f}s uninterrupted, restarts {restarts} "
+          f"(PYTHONHASHSEED {' / '.join(map(str, HASH_SEEDS))}); {len(outcome.kills)} kills, "
+          f"{outcome.per_phase()}:\n  " + "\n  ".join(outcome.kills))
+
+
 def test_every_run_is_long_enough_for_its_kills():
     for extra, required in WORKLOADS.values():
         steps = extra["EPOCHS"] * extra["SMOKE_BATCHES"]
@@ -65,13 +80,16 @@ def test_killed_and_restarted_run_equals_an_uninterrupted_one(workload, tmp_path
                             tmp_path / "clean.py")
     killed = notebook_script(workload, params(workload, tmp_path, "killed", extra),
                              tmp_path / "killed.py")
-    run_with_kills(clean)
-    outcome = run_with_kills(killed, kill_points(f"{SEED}:{workload}"), kills=required)
+    first = run_with_kills(clean, out_dir=tmp_path / "clean")
+    outcome = run_with_kills(killed, kill_points(f"{SEED}:{workload}"), kills=required,
+                             out_dir=tmp_path / "killed", startup=first.startups[0])
     replay = f"replay with TA_FAULT_SEED={SEED}; kills {outcome.kills}"
-    print(f"{workload}: {len(outcome.kills)} kills: {outcome.kills}")
+    report(workload, first, outcome)
     assert not outcome.finished_early, (
         f"the run finished after {len(outcome.kills)} of {required} kills: too short for the "
         f"kill plan (see steps_needed); {replay}")
+    assert all(outcome.outside[p] for p in PHASES), (
+        f"kills from outside by phase: {outcome.per_phase()}; {replay}")
 
     history = read_jsonl(tmp_path / "clean" / "metrics.jsonl")
     resumed = read_jsonl(tmp_path / "killed" / "metrics.jsonl")
@@ -83,6 +101,56 @@ def test_killed_and_restarted_run_equals_an_uninterrupted_one(workload, tmp_path
         assert torch.equal(a["model"][key], b["model"][key]), f"{key}: {replay}"
     assert not list((tmp_path / "killed" / "checkpoints").glob(".*.tmp"))
     assert len(outcome.kills) == required, replay
+
+
+# Planted: the weights also saved as one flat tensor laid out in the order of a set of their
+# names, and restored from it in the restoring process's set order. Correct when writer and
+# reader share a hash seed (every fork of one zygote did); wrong weights when they differ.
+SET_ORDER_RESUME = """
+import torch
+from lib.training import loop
+
+_state, _restore = loop._state, loop._restore
+
+
+def _flat_state(task, *args, **kwargs):
+    state = _state(task, *args, **kwargs)
+    names = set(state["model"])
+    state["flat"] = torch.cat([state["model"][k].reshape(-1) for k in names])
+    return state
+
+
+def _flat_restore(task, backend, state, log=print):
+    model, at = {}, 0
+    for k in set(state["model"]):
+        like = state["model"][k]
+        model[k] = state["flat"][at:at + like.numel()].reshape(like.shape)
+        at += like.numel()
+    _restore(task, backend, dict(state, model=model), log)
+
+
+loop._state, loop._restore = _flat_state, _flat_restore
+"""
+
+
+def test_a_resume_that_depends_on_set_order_is_caught(tmp_path):
+    """With SET_ORDER_RESUME planted, a run killed once and resumed by a process with another
+    hash seed (the next attempt's) ends with other weights than the uninterrupted run; resumed
+    under the same hash seed, it would pass unseen."""
+    extra = dict(EPOCHS=1, SMOKE_BATCHES=2)
+    ends = {}
+    for name, seeds in (("clean", None), ("same seed", HASH_SEEDS[:1]),
+                        ("next attempt's seed", HASH_SEEDS)):
+        script = notebook_script("fashion_mnist", params("", tmp_path, name, extra),
+                                 tmp_path / f"{name}.py", prologue=SET_ORDER_RESUME)
+        kills = [Kill("train.step@2")] if seeds else []
+        outcome = run_with_kills(script, iter(kills), kills=len(kills),
+                                 hash_seeds=seeds or HASH_SEEDS)
+        assert len(outcome.kills) == len(kills) and not outcome.finished_early, outcome
+        ends[name] = final_state(tmp_path / name)[1]["model"]
+    equal = {name: all(torch.equal(ends["clean"][k], end[k]) for k in end)
+             for name, end in ends.items()}
+    assert equal == {"clean": True, "same seed": True, "next attempt's seed": False}
 
 
 # The optimizer study: a grid of two runs (ResNet-18, batch 8); kills land inside either run,
@@ -101,13 +169,17 @@ def test_a_killed_and_restarted_study_equals_an_uninterrupted_one(tmp_path):
     """Every run of the grid ends with the weights, history and results.csv row of the
     uninterrupted study (wall time aside), each run trained once to the end."""
     extra, required = STUDY
-    for name in ("clean", "killed"):
-        script = notebook_script("optimizer_study", params("", tmp_path, name, extra),
-                                 tmp_path / f"{name}.py")
-        points = kill_points(f"{SEED}:optimizer_study") if name == "killed" else ()
-        outcome = run_with_kills(script, points, kills=required if points else 0)
+    scripts = [notebook_script("optimizer_study", params("", tmp_path, name, extra),
+                               tmp_path / f"{name}.py") for name in ("clean", "killed")]
+    first = run_with_kills(scripts[0], out_dir=tmp_path / "clean")
+    outcome = run_with_kills(scripts[1], kill_points(f"{SEED}:optimizer_study", block=required),
+                             kills=required, out_dir=tmp_path / "killed",
+                             startup=first.startups[0])
+    report("optimizer_study", first, outcome)
     replay = f"replay with TA_FAULT_SEED={SEED}; kills {outcome.kills}"
     assert not outcome.finished_early and len(outcome.kills) == required, replay
+    assert all(outcome.outside[p] for p in PHASES), (
+        f"kills from outside by phase: {outcome.per_phase()}; {replay}")
 
     clean, killed = (read_results(tmp_path / n / "results.csv") for n in ("clean", "killed"))
     assert len(clean) == 2

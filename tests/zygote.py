@@ -9,8 +9,9 @@ runs the script as `python script.py` would, in its own environment, its stderr 
 What the child does is what a restarted kernel does after its imports; a SIGKILL of the
 child (a failpoint's, or the test's) kills only that run.
 
-Protocol, one JSON line each way: {"script", "env", "cwd", "stderr"} -> {"pid"}, then, when
-the child ends, {"status"} (its exit code, -9 for SIGKILL).
+Protocol, one JSON line each: {"ready"} once the imports are done; then per request
+{"script", "env", "cwd", "stderr"} -> {"pid"}, and when the child ends, {"status"} (its exit
+code, -9 for SIGKILL).
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def serve() -> None:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     out = sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
     for line in sys.stdin:
         request = json.loads(line)
         pid = os.fork()
@@ -83,7 +86,14 @@ class Zygote:
                                      cwd=Path(__file__).resolve().parent.parent,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self._fd, self._buffer = self.proc.stdout.fileno(), b""  # read unbuffered: select
+        self._ready = False
         atexit.register(self.close)
+
+    def ready(self) -> None:
+        """Wait until the zygote has imported everything (a fork's clock starts after)."""
+        if not self._ready:
+            assert self._read(None) == {"ready": True}
+            self._ready = True
 
     def _read(self, timeout: float | None) -> dict | None:
         """The next answer, or None when none came within `timeout` seconds."""
@@ -99,6 +109,7 @@ class Zygote:
         return json.loads(line)
 
     def start(self, script: Path, env: dict, cwd: Path, stderr: Path) -> int:
+        self.ready()
         self.proc.stdin.write(json.dumps({"script": str(script), "env": env, "cwd": str(cwd),
                                           "stderr": str(stderr)}) + "\n")
         self.proc.stdin.flush()
