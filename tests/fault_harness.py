@@ -112,17 +112,15 @@ def kill_points(seed: int | str, max_hit: int = MAX_HIT, block: int = 8, startup
     """
     assert block > len(PHASES)
     rng = random.Random(seed)
-    first = True
-    while True:
-        # The aimed start-up kill is never the first kill: it is sized by a restart's start-up
-        # (the uninterrupted run's also prepared the data).
+    for start in itertools.count(0, block):
+        # The first kill is never a start-up kill: those are sized by a measured start-up.
         places = rng.sample(range(block), len(PHASES))
-        if first and places[0] == 0:
+        if start == 0 and places[0] == 0:
             places[0] = rng.choice([i for i in range(1, block) if i not in places])
-        aimed, first = dict(zip(places, PHASES, strict=True)), False
+        aimed = dict(zip(places, PHASES, strict=True))
         for i in range(block):
             r = rng.random()
-            if i in aimed or r < startup:
+            if i in aimed or (r < startup and start + i > 0):
                 yield _outside(aimed.get(i, START), rng, max_hit)
                 continue
             spec = f"{rng.choice(FAILPOINTS)}@{rng.randint(1, max_hit)}"
@@ -273,23 +271,23 @@ def _describe(kill: Kill, attempt: Attempt, startup: float | None) -> str:
 
 def run_with_kills(script: Path, points: Iterable[Kill] = (), kills: int = 0,
                    timeout: float = 600, out_dir: Path | None = None,
-                   startup: float | None = None,
                    hash_seeds: tuple[int, ...] = HASH_SEEDS) -> Outcome:
     """Run `script` with the next kill point until `kills` have landed, then to the end.
 
     `out_dir`, the run folder (or grid) the script writes, is read to aim kills from outside
     and to tell where each kill landed. A start-up kill takes its share of the shortest
-    start-up measured on this run's attempts so far (before the first: `startup`, e.g. an
-    uninterrupted run's). Attempt i is forked with PYTHONHASHSEED `hash_seeds[i % len]`
-    (test_a_resume_that_depends_on_set_order_is_caught passes one seed to show the difference).
+    start-up measured on this run's attempts so far (so it never comes first; the first
+    attempt's start-up is a restart's too: the data were prepared before). Attempt i is
+    forked with PYTHONHASHSEED `hash_seeds[i % len]` (one seed: what forks of one zygote
+    had; test_a_resume_that_depends_on_set_order_is_caught shows the difference).
     If an attempt finishes instead (its kill point lay beyond the end of the training), the
     outcome says `finished_early` and no more kills are tried.
     """
     outcome = Outcome()
     base = {k: v for k, v in os.environ.items() if k not in ("TA_FAILPOINTS", "TA_SLOWPOINTS")}
     for kill in [*itertools.islice(points, kills), None]:  # None: the last, to the end
-        estimate = min(outcome.startups, default=startup)
-        assert not kill or kill.outside != START or estimate, "start-up kills need a start-up"
+        estimate = min(outcome.startups, default=None)
+        assert not kill or kill.outside != START or estimate, "no start-up measured yet"
         env = dict(base, **({"TA_FAILPOINTS": kill.spec} if kill else {}),
                    **({"TA_SLOWPOINTS": kill.slow} if kill and kill.slow else {}))
         seed = hash_seeds[outcome.attempts % len(hash_seeds)]

@@ -6,7 +6,7 @@ study the same results.csv), no duplicated or missing epochs.
 The kills land at failpoints (mid-step, mid-evaluation, mid-checkpoint-write), at arbitrary
 moments shortly after one, and as SIGKILLs sent from outside: in every block of 8 kills (4 in
 the study) one aimed at each phase, start-up (a share of the start-up measured on the run's
-restarts), a training step and a checkpoint write (tests/fault_harness.py, lib/base/faults.py).
+attempts), a training step and a checkpoint write (tests/fault_harness.py, lib/base/faults.py).
 Where each kill landed is read from the run folder (tests/kill_phases.py), and each run must
 have kills from outside land in all three phases. Each kill keeps a bounded number of
 training steps, so every run is sized (`steps_needed`) for all of its kills to land on any
@@ -62,7 +62,8 @@ def final_state(out_dir):
 def report(name, first, outcome):
     """What `-s` shows: the measured start-ups and where each kill landed."""
     restarts = ", ".join(f"{t:.2f}" for t in outcome.startups)
-    print(f"\n{name}: start-up {first.startups[0]:.2f}s uninterrupted, restarts {restarts} "
+    print(f"\n{name}: start-up {first.startups[0]:.2f}s uninterrupted (data prepared), "
+          f"killed run's attempts {restarts} "
           f"(PYTHONHASHSEED {' / '.join(map(str, HASH_SEEDS))}); {len(outcome.kills)} kills, "
           f"{outcome.per_phase()}:\n  " + "\n  ".join(outcome.kills))
 
@@ -82,7 +83,7 @@ def test_killed_and_restarted_run_equals_an_uninterrupted_one(workload, tmp_path
                              tmp_path / "killed.py")
     first = run_with_kills(clean, out_dir=tmp_path / "clean")
     outcome = run_with_kills(killed, kill_points(f"{SEED}:{workload}"), kills=required,
-                             out_dir=tmp_path / "killed", startup=first.startups[0])
+                             out_dir=tmp_path / "killed")
     replay = f"replay with TA_FAULT_SEED={SEED}; kills {outcome.kills}"
     report(workload, first, outcome)
     assert not outcome.finished_early, (
@@ -173,8 +174,7 @@ def test_a_killed_and_restarted_study_equals_an_uninterrupted_one(tmp_path):
                                tmp_path / f"{name}.py") for name in ("clean", "killed")]
     first = run_with_kills(scripts[0], out_dir=tmp_path / "clean")
     outcome = run_with_kills(scripts[1], kill_points(f"{SEED}:optimizer_study", block=required),
-                             kills=required, out_dir=tmp_path / "killed",
-                             startup=first.startups[0])
+                             kills=required, out_dir=tmp_path / "killed")
     report("optimizer_study", first, outcome)
     replay = f"replay with TA_FAULT_SEED={SEED}; kills {outcome.kills}"
     assert not outcome.finished_early and len(outcome.kills) == required, replay
