@@ -24,6 +24,7 @@ from lib.training.loop import Backend, _restore
 from lib.workloads import fashion_mnist
 from lib.workloads.fashion_mnist import FashionConfig
 from tests.test_train import CPU, make_task, strip, train
+from tests.unchanged import assert_unchanged, snapshot
 
 
 def recorded_run(folder, global_batch, **params):
@@ -230,8 +231,11 @@ def test_carry_refuses_a_folder_without_a_complete_checkpoint_and_leaves_cut_cop
                     "behind; the Colab notebook resumes it.")
     assert (target / "checkpoints" / older.name).is_file()
     assert not (target / "checkpoints" / newest.name).exists()
+    kept, source = snapshot(drive), snapshot(run)
     with pytest.raises(UsageError, match="already holds a run; nothing there is overwritten"):
         carry.to_colab(run, drive)
+    assert_unchanged(kept, drive)
+    assert_unchanged(source, run)
     older.unlink()
     with pytest.raises(UsageError, match="holds no complete checkpoint"):
         carry.check(run)

@@ -34,6 +34,7 @@ from tests.fault_harness import (
     strip_timing,
 )
 from tests.kill_phases import PHASES
+from tests.unchanged import assert_unchanged, snapshot
 
 pytestmark = pytest.mark.notebook
 # workload -> (smoke parameters, kills that must land). Each restart costs a process start,
@@ -211,11 +212,6 @@ def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_p
     assert [r["epoch"] for r in history] == [1, 2, 3]
 
 
-def _files(folder):
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.parent.name != "tb"}
-
-
 def test_kills_around_the_refusal_path(tmp_path):
     """Killed while it records its experiment and again mid-step, a run is still one run;
     a changed run after it is refused, killed or not, and leaves every file as it was."""
@@ -226,10 +222,10 @@ def test_kills_around_the_refusal_path(tmp_path):
     outcome = run_with_kills(script, iter(kills), kills=2)
     assert not outcome.finished_early and len(outcome.kills) == 2, outcome
     assert [r["epoch"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
-    before = _files(tmp_path / "run")
+    before = snapshot(tmp_path / "run")  # every file, tb/ included
     changed = notebook_script("fashion_mnist", dict(same, LR=0.5), tmp_path / "changed.py")
     with pytest.raises(RuntimeError, match=r"ExperimentChanged: OUT_DIR .* LR 1.0 -> 0.5"):
         run_with_kills(changed, iter([Kill("train.step@1")]), kills=1)
     with pytest.raises(RuntimeError, match=r"ExperimentChanged: OUT_DIR .* LR 1.0 -> 0.5"):
         run_with_kills(changed)
-    assert _files(tmp_path / "run") == before
+    assert_unchanged(before, tmp_path / "run")
