@@ -1,15 +1,16 @@
 """From a validated config to everything a notebook needs to train: `start(cfg)`.
 
 It detects the runtime once, picks the device (saying in one line what it fell back to and
-why), seeds torch, resolves the data folder, the batch size, how many devices to train on
-and the run folder: OUT_DIR after the RESUME rule, refused before anything is read or
-written when it holds another experiment (`lib.runs.identity`). Everything downstream reads
-these from the session, never detects them again.
+why), seeds torch, resolves the data folder and the run folder (OUT_DIR after the RESUME rule,
+refused before anything is read or written when it holds another experiment:
+`lib.runs.identity`) and decides the batch plan (`lib.training.batch`): the experiment's global
+batch on this session's devices, in micro-batches that fit. Everything downstream reads these
+from the session, never detects or computes them again.
 
-The experiment decides the batch, not the platform: when BATCH_SIZE is None and the run
-folder (or a grid's cell) already records a global batch, this session's per-device batch
-is that global batch over its devices (`per_device_batch`), so a run started on a Colab T4
-(256 x 1) continues on Kaggle's T4 x2 (128 x 2) or a Mac (256 x 1) as the same experiment.
+The experiment decides the batch, not the platform: when BATCH_SIZE is None and the run folder
+already records a global batch, this session keeps it, split over its devices and, where a
+device cannot hold its share, accumulated over micro-batches. So a run started on a Kaggle TPU
+v5e-8 (512 x 8) continues on a Colab T4 (256 per step x 16 accumulated) as the same experiment.
 """
 
 from __future__ import annotations
@@ -40,13 +41,11 @@ from lib.runtime.platforms import (
     session_limit_hours,
     storage,
 )
-from lib.training.config import ConfigError, RunConfig
+from lib.training import batch
+from lib.training.batch import BatchPlan
+from lib.training.config import RunConfig
 from lib.training.loop import Task, fit
 
-SMOKE_MAX_BATCH = 32  # smoke runs use small batches so the sample data holds several
-# A per-device batch derived from a run's global batch may exceed the workload's default for
-# this device (BATCH_SIZES, sized to fit with room) up to this factor without being asked.
-MEMORY_HEADROOM = 2
 # Stand-in for a multi-device platform on a CPU-only machine: this many gloo processes
 # (tests run Kaggle's T4 x2 notebook as two CPU processes). Unset everywhere else.
 CPU_DEVICES_ENV = "TA_CPU_DEVICES"
@@ -60,9 +59,8 @@ class Session:
     choice: DeviceChoice
     data_dir: Path
     out_dir: Path
-    batch_size: int  # per device
+    plan: BatchPlan  # the global batch, the devices launch() trains on, the micro-batch
     max_batches: int | None
-    devices: int = 1  # how many devices launch() trains on
     dist: Dist = field(default_factory=Dist)
     clock: Clock = field(default_factory=lambda: Clock(time.time()))
     storage: Storage = field(default_factory=lambda: storage("local"))
@@ -75,15 +73,31 @@ class Session:
         return self.choice.torch_device
 
     @property
+    def batch_size(self) -> int:
+        """Samples per optimizer step on one device: what its loaders yield."""
+        return self.plan.per_device
+
+    @property
+    def devices(self) -> int:
+        return self.plan.devices
+
+    @property
     def global_batch(self) -> int:
-        return self.batch_size * self.devices
+        return self.plan.global_batch
 
     def resolved(self) -> dict:
         """What this session runs with, beyond the parameters."""
         return {"device": self.choice.type, "precision": self.choice.precision.name,
                 "runtime": self.runtime, "batch_size": self.batch_size,
                 "world_size": self.dist.world_size, "devices": self.devices,
-                "global_batch": self.global_batch}
+                "global_batch": self.global_batch, **self.plan.fields()}
+
+    def deviations(self) -> list[str]:
+        """The config's deviations from a paper's setup, and the batch's: a global batch other
+        than the paper's, and BatchNorm over fewer samples than it (micro-batches, devices)
+        in the sessions that trained the run."""
+        return self.cfg.deviations() + batch.deviations(
+            self.cfg.official_batch(), self.global_batch, experiment.read_sessions(self.out_dir))
 
     def open_run(self, model_config: dict) -> RunFolder:
         """The run folder (checkpoints, metrics, TensorBoard); only the main process writes."""
@@ -126,7 +140,7 @@ class Session:
         compile.apply(task.model, on)
         try:
             return fit(task, *loaders, self.choice, run, self.cfg.epochs,
-                       max_batches=self.max_batches,
+                       max_batches=self.max_batches, plan=self.plan,
                        checkpoint_minutes=self.cfg.checkpoint_minutes, dist=self.dist,
                        device=self.device, compiled=on)
         finally:
@@ -154,55 +168,23 @@ def _device_count(choice: DeviceChoice, platform: Platform) -> int:
     return 1
 
 
-def per_device_batch(cfg: RunConfig, folder: Path, total: int, devices: int,
-                     choice: DeviceChoice) -> int:
-    """The per-device batch that keeps the run in `folder` (global batch `total`) on
-    `devices` devices of `choice`'s kind; one ConfigError when none does."""
-    if total % devices:
-        fits = [n for n in range(1, total + 1) if total % n == 0 and n <= 8]
-        raise ConfigError(
-            f"the run in {str(folder)!r} trains with a global batch of {total} (BATCH_SIZE x "
-            f"devices), which {devices} devices cannot split evenly, so no BATCH_SIZE keeps "
-            f"that experiment here; continue it on {' or '.join(map(str, fits))} device(s), "
-            "or start afresh with RESUME = \"new\".")
-    batch = total // devices
-    default = cfg.BATCH_SIZES.get(choice.type)
-    if default is not None:
-        limit = MEMORY_HEADROOM * max(1, round(default * get_platform(cfg.platform).batch_scale))
-        if batch > limit:
-            raise ConfigError(
-                f"the run in {str(folder)!r} trains with a global batch of {total}: {batch} per "
-                f"device on {devices} device(s), more than {MEMORY_HEADROOM} x the {default} "
-                f"{cfg.WORKLOAD} uses by default on a {choice.type} device (BATCH_SIZES), so it "
-                f"may not fit in memory here; set BATCH_SIZE = {batch} to keep the experiment "
-                "if it fits, or start afresh with RESUME = \"new\".")
-    return batch
+def _experiments(cfg: RunConfig, devices: int, grid: bool) -> list[tuple[str, dict]]:
+    """(run folder under OUT_DIR, experiment) of each run this session may train or carry
+    over. BATCH_SIZE None leaves the global batch to a run that records one (`ANY`)."""
+    total = cfg.batch_size * devices if cfg.batch_size is not None else experiment.ANY
+    return cfg.experiments(total) if grid else [(".", cfg.identity(total))]
 
 
-def recorded_batch(cfg: RunConfig, folder: Path) -> int | None:
-    """The global batch the run in `folder` trains with, when it holds training and BATCH_SIZE
-    leaves the batch to the experiment (None, RESUME not "new")."""
-    if cfg.batch_size is not None or cfg.resume == "new":
-        return None
-    if not experiment.holds_training(folder):
-        return None
-    return (experiment.recorded(folder, cfg.run_settings()) or {}).get("global_batch_size")
-
-
-def _batches(cfg: RunConfig, out_dir: Path, default: int, devices: int, choice: DeviceChoice,
-             grid: bool) -> tuple[int, list[tuple[str, dict]]]:
-    """(this session's per-device batch, the experiment of each run under OUT_DIR): each run
-    recorded with a global batch keeps it (`per_device_batch`), the others take `default`."""
-    runs = cfg.experiments(default * devices) if grid else [(".", cfg.identity(default * devices))]
-    batch, out = default, []
-    for rel, identity in runs:
-        total = recorded_batch(cfg, out_dir / rel)
-        if total is not None:
-            per = per_device_batch(cfg, out_dir / rel, total, devices, choice)
-            identity = dict(identity, global_batch_size=per * devices)
-            batch = per if not grid else batch
-        out.append((rel, identity))
-    return batch, out
+def _carry(out_dir: Path, runtime: str, runs: list[tuple[str, dict]], cfg: RunConfig,
+           roles: Storage, grid: bool) -> None:
+    """Bring an attached run (or grid) of this experiment into OUT_DIR (Kaggle's inputs)."""
+    args = (out_dir, input_roots(runtime))
+    if grid:  # every cell of the grid; its cells' own sessions carry nothing (carry=False)
+        line = experiment.carry_over_grid(*args, runs, cfg.run_settings(), roles.carry_over)
+    else:
+        line = experiment.carry_over(*args, runs[0][1], cfg.run_settings(), roles.carry_over)
+    if line:
+        print(line)
 
 
 def _run_folder(cfg: RunConfig, out_dir: Path, runs: list[tuple[str, dict]],
@@ -237,6 +219,26 @@ def where_line(data_dir: Path, out_dir: Path, roles: Storage, clock: Clock) -> s
     return line
 
 
+def _announce(s: Session, available: int) -> None:
+    """What the main process says of the session: device, folders, time, devices, batch."""
+    cfg, platform, plan = s.cfg, s.platform, s.plan
+    many = f" x {available} devices" if available > 1 else ""
+    print(f"{platform.title} notebook on the {s.runtime} runtime -> {s.choice.describe()}{many}")
+    print(where_line(s.data_dir, s.out_dir, s.storage, s.clock))
+    if note := clouds.clock_note(s.runtime, cfg.checkpoint_minutes):  # Modal's idle stop
+        print(note)
+    if available < platform.devices and s.choice.type == platform.accelerator:
+        print(f"only {available} of the {platform.devices} devices of {platform.title} are "
+              f"visible: training on {available}. On Kaggle, set Accelerator to "
+              f"{platform.gpu} in the notebook's sidebar to use them all.")
+    if line := batch.fewer_devices_line(plan, available):
+        print(line)
+    if cfg.smoke:
+        print(f"SMOKE: {cfg.smoke_batches} batches of {plan.per_device} per epoch")
+    if plan.kept or plan.accumulation > 1:
+        print(plan.line())
+
+
 def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
           announce: bool = True, grid: bool | None = None, carry: bool = True) -> Session:
     """Choose the device and resolve the run's settings; the main process says what it chose
@@ -250,49 +252,24 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
     platform = get_platform(cfg.platform)
     choice = choose_device(cfg.device, platform)
     runtime = runtime or detect_runtime()
-    devices = _device_count(choice, platform)
+    available = _device_count(choice, platform)
     if cfg.seed is not None:  # None: a grid whose runs each bring their own seed
         torch.manual_seed(cfg.seed)
     data_dir, out_dir = cfg.paths(runtime)
     # Paperspace reserves `checkpoints` in /notebooks; a Modal container keeps nothing
     clouds.check_out_dir(out_dir, runtime, smoke=cfg.smoke)
     roles = storage(runtime)
-    clock = _clock(platform, runtime, dist)
-    batch = cfg.resolved_batch_size(choice.type)  # the local notebook's follows the device
-    if cfg.smoke:
-        batch = min(batch, SMOKE_MAX_BATCH)
+    runs = _experiments(cfg, available, grid)
     if dist.main and roles.session_bound and cfg.resume != "new" and carry:
-        args = (input_roots(runtime),)
-        # BATCH_SIZE None: an attached run brings its own global batch (derived below)
-        total = batch * devices if cfg.batch_size is not None else experiment.ANY
-        if grid:  # every cell of the grid; its cells' own sessions carry nothing (carry=False)
-            line = experiment.carry_over_grid(out_dir, *args, cfg.experiments(total),
-                                              cfg.run_settings(), roles.carry_over)
-        else:
-            line = experiment.carry_over(out_dir, *args, cfg.identity(total),
-                                         cfg.run_settings(), roles.carry_over)
-        if line:
-            print(line)
-    default = batch
-    batch, runs = _batches(cfg, out_dir, batch, devices, choice, grid)
+        _carry(out_dir, runtime, runs, cfg, roles, grid)
     out_dir = _run_folder(cfg, out_dir, runs, dist)
+    # a grid's root records no batch: each cell's own session decides its plan
+    plan = batch.decide(cfg, choice.type, choice.where, available, None if grid else out_dir)
+    s = Session(cfg, platform, runtime, choice, data_dir, out_dir, plan,
+                cfg.smoke_batches if cfg.smoke else None, dist,
+                _clock(platform, runtime, dist), roles)
     if dist.main and announce:
-        many = f" x {devices} devices" if devices > 1 else ""
-        print(f"{platform.title} notebook on the {runtime} runtime -> {choice.describe()}{many}")
-        print(where_line(data_dir, out_dir, roles, clock))
-        if note := clouds.clock_note(runtime, cfg.checkpoint_minutes):  # Modal's idle stop
-            print(note)
-        if devices < platform.devices and choice.type == platform.accelerator:
-            print(f"only {devices} of the {platform.devices} devices of {platform.title} are "
-                  f"visible: training on {devices}. On Kaggle, set Accelerator to "
-                  f"{platform.gpu} in the notebook's sidebar to use them all.")
-        if cfg.smoke:
-            print(f"SMOKE: {cfg.smoke_batches} batches of {batch} per epoch")
-        if batch != default:  # the run's global batch, not this platform's default
-            print(f"BATCH_SIZE = None: the run's global batch {batch * devices} is kept, "
-                  f"{batch} per device x {devices} device(s)")
-    s = Session(cfg, platform, runtime, choice, data_dir, out_dir, batch,
-                cfg.smoke_batches if cfg.smoke else None, devices, dist, clock, roles)
+        _announce(s, available)
     if dist.main and not grid:
         experiment.record(out_dir, dict(cfg.to_dict(), resolved=s.resolved()),
                           cfg.identity(s.global_batch))

@@ -20,6 +20,7 @@ from lib.cli import carry
 from lib.cli.params import UsageError
 from lib.launch import launch
 from lib.runs import identity as experiment
+from lib.training import batch
 from lib.training.loop import Backend, _restore
 from lib.workloads import fashion_mnist
 from lib.workloads.fashion_mnist import FashionConfig
@@ -52,8 +53,7 @@ def test_the_run_decides_the_batch_on_every_platform(tmp_path, monkeypatch, caps
     s = session.start(FashionConfig(platform="kaggle_t4x2", device="cpu", epochs=2,
                                     out_dir=str(run)), runtime="local")
     assert (s.batch_size, s.devices, s.global_batch) == (128, 2, 256)
-    assert "the run's global batch 256 is kept, 128 per device x 2 device(s)" in \
-        capsys.readouterr().out
+    assert "global batch 256 kept: 128 per step, on 2 devices" in capsys.readouterr().out
     # BATCH_SIZE set by hand is the user's: a changed global batch is refused as before.
     monkeypatch.delenv("TA_CPU_DEVICES")
     with pytest.raises(Exception, match=r"BATCH_SIZE x devices \(global batch\) 256 -> 64"):
@@ -62,27 +62,39 @@ def test_the_run_decides_the_batch_on_every_platform(tmp_path, monkeypatch, caps
     assert start("local", run, monkeypatch, resume="new").batch_size == 128
 
 
-def test_a_global_batch_the_devices_cannot_split_is_one_line_with_the_fix(tmp_path,
-                                                                          monkeypatch):
+def test_a_global_batch_the_devices_cannot_split_trains_on_those_that_can(tmp_path,
+                                                                          monkeypatch, capsys):
     run = recorded_run(tmp_path / "run", 255)
     monkeypatch.setenv("TA_CPU_DEVICES", "2")
-    with pytest.raises(ConfigError) as info:
-        session.start(FashionConfig(platform="kaggle_t4x2", device="cpu", epochs=2,
+    s = session.start(FashionConfig(platform="kaggle_t4x2", device="cpu", epochs=2,
                                     out_dir=str(run)), runtime="local")
-    text = str(info.value)
-    assert "\n" not in text and "global batch of 255" in text and "2 devices cannot split" in text
-    assert "continue it on 1 or 3 or 5 device(s)" in text and 'RESUME = "new"' in text
-    assert not (run / "sessions.jsonl").exists()
+    assert (s.batch_size, s.devices, s.global_batch) == (255, 1, 255)
+    assert ("the global batch 255 does not split evenly over 2 devices: training on 1 of them"
+            in capsys.readouterr().out)
 
 
-def test_a_per_device_batch_too_large_for_the_device_names_the_batch_size_that_keeps_it(
-        tmp_path):
-    cfg = FashionConfig(platform="local", epochs=1)
-    mps = SimpleNamespace(type="mps")
-    assert session.per_device_batch(cfg, tmp_path, 256, 1, mps) == 256  # 2 x the default 128
-    with pytest.raises(ConfigError, match=r"1024 per device .* set BATCH_SIZE = 1024 to keep "
-                                          "the experiment"):
-        session.per_device_batch(cfg, tmp_path, 1024, 1, mps)
+def test_a_global_batch_a_device_cannot_hold_is_accumulated_not_refused(tmp_path):
+    """A Kaggle TPU run's 1024 continued where a step holds 2 x 128 (a Mac's default):
+    256 per step x 4, the global batch kept; what a session found on this very device is
+    where the next one starts; a MICRO_BATCH that does not divide is one line."""
+    run = recorded_run(tmp_path / "run", 1024)
+    cfg = FashionConfig(platform="local", epochs=2, out_dir=str(run))
+    plan = batch.decide(cfg, "mps", "Apple MPS", 1, run)
+    assert plan.line() == "global batch 1024 kept: 256 per step x 4 accumulated, on 1 device"
+    assert batch.decide(cfg, "cpu", "the CPU", 1, run).accumulation == 1  # no limit there
+    rows = [{"micro_batch": 64, "micro_batch_found": True, "micro_batch_on": "Apple MPS"},
+            {"micro_batch": 32, "micro_batch_found": True, "micro_batch_on": "Tesla T4"}]
+    (run / "sessions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert batch.decide(cfg, "mps", "Apple MPS", 1, run).micro == 64
+    assert batch.decide(cfg, "mps", "another Mac", 1, run).micro == 256
+    fixed = dataclasses.replace(cfg, micro_batch=128)
+    assert batch.decide(fixed, "mps", "Apple MPS", 1, run).accumulation == 8
+    with pytest.raises(ConfigError) as info:
+        batch.decide(dataclasses.replace(cfg, micro_batch=100), "cpu", "the CPU", 1, run)
+    assert str(info.value).startswith(
+        "MICRO_BATCH=100 does not divide the 1024 samples each device takes per step (global "
+        "batch 1024 over 1 device(s)); expected one of [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, "
+        "1024];")
 
 
 # A checkpoint from another kind of device -------------------------------------------------

@@ -13,6 +13,7 @@ from lib.data.events import build_datasets as event_datasets
 from lib.data.events import warm_cache
 from lib.models.mamba_spike import MambaSpike, count_parameters
 from lib.plots import firing_rates
+from lib.training import batch
 from lib.training.config import ConfigError
 from lib.workloads import mamba_spike as ms
 from lib.workloads.mamba_spike import MambaSpikeRunConfig, build_task
@@ -113,6 +114,22 @@ def test_full_sensor_frames_where_they_fit_else_a_named_deviation():
                                                               DT_US=1000).deviations()[1]
 
 
+def test_a_new_run_takes_the_official_batch_and_steps_that_fit_the_device():
+    """The official batch of each dataset on every platform; a step holds BATCH_SIZES scaled
+    by the same ratio: a Mac (8 at DVS Gesture's size) tries the whole 16 first (up to twice
+    its default) and would halve to 8 x 2 accumulated on an out-of-memory error."""
+    for dataset, official in (("nmnist", 32), ("dvsgesture", 16), ("cifar10dvs", 8)):
+        for platform, devices in (("colab_t4", 1), ("local", 1), ("kaggle_tpu", 8)):
+            cfg = make(PLATFORM=platform, DATASET=dataset)
+            assert cfg.default_global_batch(devices, "cuda") == official
+    mac = make(PLATFORM="local", DATASET="dvsgesture")
+    assert (mac.step_batch("mps"), mac.step_batch("cpu")) == (8, None)
+    assert batch.first_micro(mac, 16, "mps", None) == 16
+    assert batch.BatchPlan(16, micro=16, auto=True).smaller().line() == (
+        "global batch 16: 8 per step x 2 accumulated, on 1 device")
+    assert batch.deviations(16, 16, [{"micro_batch": 8, "accumulation": 2}]) == []  # exact
+
+
 def test_the_official_settings_have_no_deviations_and_each_change_is_named():
     assert make().deviations() == []  # N-MNIST on a T4: batch 32, T = 300, 34x34, 100 epochs
     assert str(make()).endswith("deviations from the official code: none")
@@ -122,7 +139,6 @@ def test_the_official_settings_have_no_deviations_and_each_change_is_named():
     assert found == ["EPOCHS = 5 (official: 100 in train.py, 200 in train_<dataset>.py)",
                      "LR = 0.002 (official: 0.001)", "WEIGHT_DECAY = 0.0 (official: 0.0001)",
                      "CLIP_GRAD = None (official: 1.0)", "DENOISE_US = None (official: 10000)",
-                     "batch 32 per device x 2 devices (official: 32 on one GPU)",
                      "SMOKE = True (6 batches per epoch; 12 frames, D_MODEL 32, N_LAYERS 1, "
                      "SPIKE_CHANNELS 16)"]
 

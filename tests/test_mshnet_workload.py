@@ -8,6 +8,7 @@ import torch
 from lib.data.irstd import PAPER_RESULTS
 from lib.models.mshnet import MSHNet, MSHNetConfig
 from lib.runtime.platforms import default_dirs
+from lib.training import batch
 from lib.training.config import ConfigError
 from lib.workloads.mshnet import (
     MSHNetRunConfig,
@@ -121,9 +122,16 @@ def test_the_official_defaults_have_no_deviations_and_each_change_is_named():
                      "WARMUP_RULE = 'paper': 5 warm-up epochs (official: WARM_EPOCHS + 1 = 6)",
                      "BASE_SIZE/CROP_SIZE = 128/128 px (official: 256/256)",
                      "SMOKE = True (6 batches per epoch)"]
-    assert make().deviations() == ["batch 8 (official: 4 on one GPU)"]  # kaggle_p100's default
-    assert make(PLATFORM="kaggle_t4x2", BATCH_SIZE=2).deviations() == [
-        "batch 2 per device x 2 devices (official: 4 on one GPU)"]
+    # A new run trains with the official batch on every platform (BATCH_SIZES: what a step
+    # holds there); the batch's deviations are the session's, from what the sessions ran.
+    assert {make(PLATFORM=p).default_global_batch(n, "cuda") for p, n in
+            [("kaggle_p100", 1), ("kaggle_t4x2", 2), ("kaggle_tpu", 8)]} == {4}
+    assert batch.deviations(4, 8, []) == ["global batch 8 (official: 4 on one GPU)"]
+    two_t4s = [{"batch_norm": True, "micro_batch": 2, "accumulation": 1}]  # 2 per device x 2
+    assert batch.deviations(4, 4, two_t4s) == [
+        "BatchNorm over 2 samples per step, not the global batch of 4 (micro-batches or "
+        "devices; accumulation is exact only for models without batch statistics)"]
+    assert batch.deviations(4, 4, [{"batch_norm": True, "micro_batch": 4}]) == []
     assert "deviations from the official code: WARMUP_RULE = 'paper'" in str(
         make(PLATFORM="local", WARMUP_RULE="paper"))
 

@@ -128,6 +128,12 @@ class RunFolder:
             rows[index] = row
             write_jsonl(self.dir / experiment.SESSIONS, rows)
 
+    def update_session(self, fields: dict) -> None:
+        """Change this session's row of sessions.jsonl (after `record_session`)."""
+        if self.main and self.session is not None:
+            self.session = dict(self.session, **fields)
+            experiment.update_last_session(self.dir, fields)
+
     def keep_old_metrics(self) -> None:
         """Training starts from epoch 1 in a folder that has epoch records (every checkpoint
         was lost): move them aside, never overwrite them."""

@@ -149,6 +149,17 @@ def append_session(run_dir: Path, session: dict) -> None:
         f.write(json.dumps(session, sort_keys=True) + "\n")
 
 
+def update_last_session(run_dir: Path, fields: dict) -> None:
+    """Change the newest row of sessions.jsonl (this session's: only the main process of the
+    session training here appends or changes rows), e.g. the micro-batch it settled on."""
+    rows = read_sessions(run_dir)
+    if not rows:
+        return
+    rows[-1].update(fields)
+    atomic.write_text(Path(run_dir) / SESSIONS,
+                      "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+
+
 def read_sessions(run_dir: Path) -> list[dict]:
     """The sessions that trained in `run_dir`, oldest first ([] when none is recorded)."""
     try:
@@ -173,8 +184,11 @@ def sessions_table(run_dir: Path) -> str:
         last = nxt.get("from_epoch", first) - 1 if nxt else max(done, first)
         span = f"{first}-{last}" if last > first else f"{first}"
         devices = row.get("devices", row.get("world_size", 1))
+        batch = f"{row.get('batch_size', '?')} x {devices}"
+        if row.get("accumulation", 1) > 1:  # micro-batches: lib.training.batch
+            batch += f" ({row['micro_batch']} per step x {row['accumulation']} accumulated)"
         lines.append(f"| {span} | {row.get('platform', '?')} | {row.get('device', '?')} | "
-                     f"{row.get('precision', '?')} | {row.get('batch_size', '?')} x {devices} |")
+                     f"{row.get('precision', '?')} | {batch} |")
     return "\n".join(lines)
 
 

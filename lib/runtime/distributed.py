@@ -2,7 +2,7 @@
 
 Three kinds: "none" (one process), "ddp" (torch.distributed, started by torchrun: Kaggle T4 x2,
 or gloo on CPUs in tests) and "xla" (torch_xla.launch over the TPU chips). The loop asks only
-`main`, `reduce_sum`, `wrap_model` and `unwrap`.
+`main`, `reduce_sum`, `wrap_model`, `average_gradients` and `unwrap`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,18 @@ class Dist:
 
             tensor = xla.all_reduce_sum(tensor)
         return tensor
+
+    def average_gradients(self, model: nn.Module) -> None:
+        """Each gradient's mean over the processes, as DDP's backward leaves it (for a step
+        whose backward passes all ran under `no_sync`)."""
+        if self.kind != "ddp" or self.world_size == 1:
+            return
+        import torch.distributed as td
+
+        for p in model.parameters():
+            if p.grad is not None:
+                td.all_reduce(p.grad)
+                p.grad.div_(self.world_size)
 
     def wrap_model(self, model: nn.Module, device: torch.device) -> nn.Module:
         """DDP averages gradients in backward; on XLA `optimizer_step` does it instead."""

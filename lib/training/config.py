@@ -32,7 +32,8 @@ RESUME_CHOICES = ("auto", "new", "require")
 # Parameters that may change between sessions of one run: where and on what it trains, how
 # often it saves, how it resumes. EPOCHS too, unless the lr schedule spans them.
 RUN_SETTINGS = frozenset({"platform", "device", "data_dir", "out_dir", "checkpoint_minutes",
-                          "resume", "batch_size", "epochs", "compile", "trackers"})
+                          "resume", "batch_size", "micro_batch", "epochs", "compile",
+                          "trackers"})
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -76,6 +77,9 @@ class RunConfig:
     sample_data: bool = False
     smoke: bool = False
     batch_size: int | None = None
+    # Samples per forward/backward on one device: "auto" (what fits, found and remembered)
+    # or a number dividing the per-device batch; gradients add up to it (lib.training.batch).
+    micro_batch: int | str = "auto"
     checkpoint_minutes: float = 10.0
     smoke_batches: int = 6  # train (and eval) batches per epoch in smoke mode
     resume: str = "auto"  # "auto", "new" (afresh in a new sub-folder) or "require"
@@ -154,6 +158,13 @@ class RunConfig:
         self._positive("smoke_batches", self.smoke_batches)
         if self.batch_size is not None:
             self._positive("batch_size", self.batch_size)
+        if isinstance(self.micro_batch, str) and self.micro_batch != "auto":
+            raise ConfigError(f"MICRO_BATCH={self.micro_batch!r} is not a choice; expected "
+                              "\"auto\" (what fits on this device) or a number of samples; "
+                              f"{how_to_set('MICRO_BATCH', 'auto')}.")
+        if not isinstance(self.micro_batch, str) and self.micro_batch <= 0:
+            raise ConfigError(f"MICRO_BATCH={self.micro_batch!r} must be > 0; "
+                              f"{how_to_set('MICRO_BATCH', 'auto')} (what fits on this device).")
         if self.seed is not None and self.seed < 0:
             raise ConfigError(f"SEED={self.seed} is negative; expected an integer >= 0; "
                               f"{how_to_set('SEED', self.example('seed'))}.")
@@ -269,6 +280,30 @@ class RunConfig:
         if self.batch_size is not None:
             return self.batch_size
         return self.default_batch(self.platform, device)
+
+    def default_global_batch(self, devices: int, device: str | None = None) -> int:
+        """A new run's global batch when BATCH_SIZE is None: a paper preset's official batch
+        (reached by accumulation where a device cannot hold it), else the default per device
+        x `devices`."""
+        official = self.official_batch()
+        return official if official is not None else self.resolved_batch_size(device) * devices
+
+    def official_batch(self) -> int | None:
+        """The global batch of the paper this workload reproduces; None: not a paper preset."""
+        return None
+
+    def deviations(self) -> list[str]:
+        """Each setting that differs from the paper's, one phrase each ([] for a workload
+        that reproduces no paper); the batch's are the session's (`Session.deviations`)."""
+        return []
+
+    def step_batch(self, device: str) -> int | None:
+        """The samples one step holds by default on a `device` of this platform (BATCH_SIZES,
+        scaled to its memory): MICRO_BATCH = "auto" starts near it. None where the workload
+        names no limit (the CPU)."""
+        if device not in self.BATCH_SIZES:
+            return None
+        return max(1, round(self.BATCH_SIZES[device] * PLATFORMS[self.platform].batch_scale))
 
     @classmethod
     def default_batch(cls, platform: str, device: str | None = None) -> int:

@@ -1,18 +1,19 @@
 """The training loop: `train_one_epoch`, `evaluate`, `fit`, each returning plain dicts.
 
 Workloads differ only in what they pass in (model, loss, metrics, loaders); devices differ
-only inside `Backend` (lib/training/backend.py: autocast, scaler, XLA step and loader hooks).
-Metrics stay on the
-device during an epoch and are read once at its end. `fit` resumes from the newest good
-checkpoint of the run folder, saves every epoch and every few minutes, and writes
-`metrics.jsonl`, TensorBoard scalars and a progress bar with an ETA.
+only inside `Backend` (lib/training/backend.py: autocast, scaler, XLA step and loader hooks,
+the step in micro-batches of the session's batch plan, `lib.training.batch`). A loader batch
+is one device's share of a global batch: one optimizer step, whatever the micro-batch.
+Metrics stay on the device during an epoch and are read once at its end. `fit` resumes from
+the newest good checkpoint of the run folder (which counts optimizer steps and samples),
+saves every epoch and every few minutes, and writes `metrics.jsonl`, TensorBoard scalars and
+a progress bar with an ETA.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +26,12 @@ from lib.base import faults
 from lib.runs.folder import RunFolder
 from lib.runtime.device import DeviceChoice
 from lib.runtime.distributed import Dist, unwrap
-from lib.training.backend import Backend
+from lib.training import batch as batches
+from lib.training.backend import Backend, _io  # noqa: F401 (_io: benchmarks import it here)
+from lib.training.batch import BatchPlan
+from lib.training.state import counters as _counters
+from lib.training.state import restore as _restore
+from lib.training.state import state_of as _state
 
 
 @dataclass
@@ -53,14 +59,10 @@ def _set_epoch(task: Task, epoch: int) -> None:
         task.loss_fn.set_epoch(epoch)
 
 
-def _io(batch):
-    """Split a batch into (inputs, target): the last element is the target."""
-    return (batch[0] if len(batch) == 2 else batch[:-1]), batch[-1]
-
-
 def train_one_epoch(task: Task, loader, backend: Backend, epoch: int, *, start_batch: int = 0,
                     max_batches: int | None = None, partial=None, on_step=None) -> dict:
-    """One pass over `loader` from `start_batch`; returns train_loss and sample counts."""
+    """One pass over `loader` from `start_batch`, an optimizer step per batch; returns
+    train_loss and sample counts."""
     model, n_batches = task.model, _batch_limit(loader, max_batches)
     model.train()
     _set_epoch(task, epoch)
@@ -75,17 +77,13 @@ def train_one_epoch(task: Task, loader, backend: Backend, epoch: int, *, start_b
     for i, batch in enumerate(backend.loader(loader), start=start_batch):
         if i >= n_batches:
             break
-        inputs, target = _io(backend.to_device(batch))
-        with backend.autocast():
-            loss = task.loss_fn(model(inputs), target)
-        faults.point("train.step")
-        backend.backward_step(loss, model, task.optimizer, task.clip_grad)
+        step_loss, n = backend.train_step(task, batch)
         if task.scheduler is not None and task.scheduler_interval == "step":
-            task.scheduler.step()
-        loss_sum += loss.detach().float() * target.shape[0]
-        seen += target.shape[0]
+            task.scheduler.step()  # per optimizer step, never per micro-batch
+        loss_sum += step_loss
+        seen += n
         if on_step is not None:
-            on_step(i + 1, loss_sum, seen)
+            on_step(i + 1, loss_sum, seen, n)
     seen_t = backend.dist.reduce_sum(torch.tensor(float(seen), device=backend.device))
     loss_sum = backend.dist.reduce_sum(loss_sum)
     return {"train_loss": float(loss_sum) / max(float(seen_t), 1.0),
@@ -103,22 +101,24 @@ def evaluate(task: Task, loader, backend: Backend, max_batches: int | None = Non
     model, n_batches = unwrap(task.model), _batch_limit(loader, max_batches)
     model.eval()
     metrics = list(task.metrics()) if metrics is None else metrics
-    loss_sum, seen = torch.zeros((), device=backend.device), 0
+    loss_sum, seen = torch.zeros((), device=backend.device), [0]
     loader.sampler.set_epoch(0)
+
+    def consume(output, target, loss) -> None:
+        nonlocal loss_sum
+        loss_sum += loss * target.shape[0]
+        seen[0] += target.shape[0]
+        for m in metrics:
+            m.update(output, target)
+
     for i, batch in enumerate(backend.loader(loader)):
         if i >= n_batches:
             break
-        inputs, target = _io(backend.to_device(batch))
-        with backend.autocast():
-            output = model(inputs)
-            loss_sum += task.loss_fn(output, target).detach().float() * target.shape[0]
-        seen += target.shape[0]
+        backend.eval_step(model, task.loss_fn, batch, consume)  # in micro-batches, as training
         faults.point("eval.batch")
-        for m in metrics:
-            m.update(output, target)
         if on_batch is not None:
             on_batch()
-    out = {"test_loss": float(loss_sum) / max(seen, 1)}
+    out = {"test_loss": float(loss_sum) / max(seen[0], 1)}
     for m in metrics:
         out.update({f"test_{k}": v for k, v in m.compute().items()})
     return out
@@ -128,79 +128,6 @@ def evaluate_on(task: Task, loader, choice: DeviceChoice, metrics: Sequence,
                 max_batches: int | None = None) -> dict:
     """`evaluate` with the caller's metric objects (e.g. to read a confusion matrix after)."""
     return evaluate(task, loader, Backend(choice), max_batches, metrics=metrics)
-
-
-def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    if torch.backends.mps.is_available():  # dropout on MPS draws from its own generator
-        state["mps"] = torch.mps.get_rng_state()
-    return state
-
-
-def _set_rng_state(state: dict) -> list[str]:
-    """Restore the generators this machine has; return the device kinds whose saved state
-    was skipped (a checkpoint from a machine with a GPU or a Mac, resumed elsewhere)."""
-    torch.set_rng_state(state["torch"])
-    random.setstate((3, tuple(state["python"]), None))
-    skipped = []
-    if "cuda" in state:
-        if torch.cuda.is_available():
-            # one state per GPU it had; a machine with fewer GPUs takes the first ones
-            saved = list(state["cuda"])[:torch.cuda.device_count()]
-            for i, rng in enumerate(saved):
-                torch.cuda.set_rng_state(rng, i)
-        else:
-            skipped.append("cuda")
-    if "mps" in state:
-        if torch.backends.mps.is_available():
-            torch.mps.set_rng_state(state["mps"])
-        else:
-            skipped.append("mps")
-    return skipped
-
-
-def _state(task: Task, backend: Backend, history: list, best: float | None, partial=None) -> dict:
-    return {
-        "model": unwrap(task.model).state_dict(),
-        "optimizer": task.optimizer.state_dict(),
-        "scheduler": task.scheduler.state_dict() if task.scheduler is not None else None,
-        "scaler": backend.scaler.state_dict() if backend.scaler is not None else None,
-        "rng": _rng_state(),
-        "history": history,
-        "best": best,
-        "partial": partial,
-        "extra": task.extra_state,
-    }
-
-
-def _restore(task: Task, backend: Backend, state: dict, log=print) -> None:
-    """Load `state` (read to the CPU) into the task on this backend's device, whichever kind
-    of device wrote it: weights and optimizer state move to the parameters' device, the
-    GradScaler's state is used where this precision scales (fp16) and dropped where it does
-    not, RNG states of device kinds this machine lacks are skipped; each said in one line."""
-    unwrap(task.model).load_state_dict(state["model"])
-    task.optimizer.load_state_dict(state["optimizer"])  # moved to the parameters' device
-    if task.scheduler is not None and state["scheduler"] is not None:
-        task.scheduler.load_state_dict(state["scheduler"])
-    notes = []
-    if backend.scaler is not None and state.get("scaler"):
-        backend.scaler.load_state_dict(state["scaler"])
-    elif state.get("scaler"):
-        notes.append(f"its GradScaler state dropped ({backend.choice.precision.name} on "
-                     f"{backend.choice.type} needs none)")
-    elif backend.scaler is not None:
-        notes.append("a new GradScaler started (the checkpoint was written without one)")
-    task.extra_state.update(state.get("extra") or {})
-    skipped = _set_rng_state(state["rng"])
-    if skipped:
-        notes.append(f"its {' and '.join(skipped)} RNG state skipped (no such device here; "
-                     "dropout goes on from this device's generator, the data order is the "
-                     "seeded one)")
-    if notes:
-        log(f"checkpoint from another kind of device, resumed on {backend.choice.type}: "
-            + "; ".join(notes))
 
 
 def _improved(task: Task, value: float, best: float | None) -> bool:
@@ -220,6 +147,16 @@ class _Stop(Exception):
     def __init__(self, epoch: int, batch: int) -> None:
         super().__init__(epoch, batch)
         self.epoch, self.batch = epoch, batch
+
+
+def _replanned(run: RunFolder, model: nn.Module, old: BatchPlan, new: BatchPlan) -> None:
+    """An out-of-memory error halved the micro-batch: say so, and record it for the next
+    session on this device."""
+    run.log(f"out of memory at {old.micro} per step on {new.where or 'this device'}: the step "
+            f"redone from the same state; {new.line()}")
+    if new.accumulation > 1 and old.accumulation == 1 and batches.batch_norm(model):
+        run.log(batches.batch_norm_line(new))
+    run.update_session(new.fields())
 
 
 def agree(dist: Dist, action: int, device: torch.device) -> int:
@@ -243,7 +180,8 @@ def compile_seconds(marks: list[float]) -> float:
 def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: RunFolder, epochs: int,
         *, max_batches: int | None = None, checkpoint_minutes: float = 10.0,
         on_epoch: Callable[[dict], None] | None = None, dist: Dist | None = None,
-        device: torch.device | None = None, compiled: bool = False) -> list[dict]:
+        device: torch.device | None = None, compiled: bool = False,
+        plan: BatchPlan | None = None) -> list[dict]:
     """Train for `epochs` (resuming from `run`'s newest good checkpoint); return the history.
 
     `max_batches` caps train and eval batches per epoch (smoke mode). Each epoch record has
@@ -254,20 +192,27 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: RunFol
     the main process decides at each batch boundary whether to save mid-epoch (every
     `checkpoint_minutes`) or to save and stop (the session clock, `run.clock`, is about to
     reach its limit) and every process follows it (`agree`). A stopped run returns the
-    history so far with `run.stopped` set; the notebook carries on normally.
+    history so far with `run.stopped` set; the notebook carries on normally. `plan` (the
+    session's batch plan; None: each loader batch in one piece) splits each step into
+    micro-batches; an out-of-memory error that halves it is said, and recorded in the
+    session's row of sessions.jsonl for the next session on this device.
     """
     dist = dist or Dist()
-    backend = Backend(choice, device, dist)
+    backend = Backend(choice, device, dist, plan, on_plan=lambda old, new: _replanned(
+        run, task.model, old, new))
     task.model.to(backend.device)
     task = dataclasses.replace(task, model=dist.wrap_model(task.model, backend.device))
     history, best, start_epoch, start_batch, partial = [], None, 0, 0, None
+    n_train = _batch_limit(train_loader, max_batches)
     state = run.checkpoints.latest()
+    count = _counters(state, n_train)
     if state is not None:
         _restore(task, backend, state, run.log)
         history, best, partial = state["history"], state["best"], state["partial"]
         start_epoch, start_batch = state["position"]
         run.log(f"resumed from {state['path']} at epoch {start_epoch}, batch {start_batch} "
-                f"({len(history)} epochs in the history)")
+                f"({len(history)} epochs in the history; {count['steps']} optimizer steps, "
+                f"{count['samples']} samples)")
     else:
         run.keep_old_metrics()
     run.begin(history, start_epoch, state)  # from here the run folder owns the history
@@ -275,8 +220,11 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: RunFol
     if start_epoch >= epochs:
         run.log(f"nothing to do: the checkpoint has {start_epoch} of {epochs} epochs")
         return history
+    if plan is not None:
+        run.session = dict(run.session or {}, batch_norm=batches.batch_norm(task.model))
+        if plan.accumulation > 1 and batches.batch_norm(task.model):
+            run.log(batches.batch_norm_line(plan))
     run.record_session(start_epoch)
-    n_train = _batch_limit(train_loader, max_batches)
     progress = run.progress(total=(epochs - start_epoch) * n_train - start_batch)
     last_save = [time.monotonic()]
     epoch_lr = [None]
@@ -288,7 +236,9 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: RunFol
         if first_epoch[0]:
             eval_marks.append(time.perf_counter())
 
-    def on_step(batch_done: int, loss_sum, seen: int) -> None:
+    def on_step(batch_done: int, loss_sum, seen: int, n: int) -> None:
+        count["steps"] += 1
+        count["samples"] += n * dist.world_size  # every process takes an equal share
         progress.update(1)
         if first_epoch[0]:
             train_marks.append(time.perf_counter())
@@ -306,7 +256,7 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: RunFol
         seen_total = dist.reduce_sum(torch.tensor(float(seen), device=backend.device))
         part = {"loss_sum": float(loss_total), "seen": int(float(seen_total)),
                 "lr": epoch_lr[0]}
-        run.save(_state(task, backend, history, best, part), epoch, batch_done)
+        run.save(_state(task, backend, history, best, count, part), epoch, batch_done)
         last_save[0] = time.monotonic()
         if action == STOP:
             raise _Stop(epoch, batch_done)
@@ -345,7 +295,8 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: RunFol
                       samples_per_s=record["train_samples"] / max(train_seconds, 1e-9))
         is_best = _improved(task, record.get(task.monitor), best)
         best = record.get(task.monitor) if is_best else best
-        run.save(_state(task, backend, history + [record], best), epoch + 1, 0, best=is_best)
+        run.save(_state(task, backend, history + [record], best, count), epoch + 1, 0,
+                 best=is_best)
         last_save[0] = time.monotonic()
         run.end_epoch(record, epochs, progress)  # appends it to the history
         if on_epoch is not None:

@@ -3,8 +3,10 @@
 The official recipe (ECNU-Cross-Innovation-Lab/Mamba-Spike): AdamW lr 1e-3, weight decay
 1e-4, gradient clipping at norm 1.0, cosine decay to 0.01 lr; batch 32 / 16 / 8 for N-MNIST /
 DVS Gesture / CIFAR10-DVS; 100 epochs (train.py) or 200 (train_<dataset>.py); the sensors'
-full 128x128 frames. `BATCH_SIZES` holds the DVS Gesture batch (16 on a T4, the official
-value); the other datasets scale it by the official ratio. Every setting
+full 128x128 frames. A new run trains with the official batch of its dataset on every
+platform; `BATCH_SIZES` holds what a step holds on each device (16 on a T4 at DVS Gesture's
+size, scaled for the other datasets by the official ratio), so a device that holds less
+reaches the official batch by accumulating gradients (exact: no batch statistics). Every setting
 that differs from the official one is named by `MambaSpikeRunConfig.deviations()`, in the
 config printout and in the results table.
 """
@@ -42,7 +44,6 @@ from lib.models.mamba_spike import (
     parameter_count,
 )
 from lib.plots import image_grid
-from lib.runtime.platforms import PLATFORMS
 from lib.session import Session
 from lib.training.config import ConfigError, RunConfig
 from lib.training.loop import Task, evaluate_on
@@ -158,6 +159,16 @@ class MambaSpikeRunConfig(RunConfig):
             return self.batch_size
         return max(1, round(super().resolved_batch_size(device) * BATCH_SCALE[self.dataset]))
 
+    def step_batch(self, device: str) -> int | None:
+        """What a step holds on this device: the platform's value scaled as the batch is."""
+        default = super().step_batch(device)
+        return None if default is None else max(1, round(default * BATCH_SCALE[self.dataset]))
+
+    def official_batch(self) -> int:
+        """The official batch of DATASET (reached by accumulation where a device cannot hold
+        it: exact here, the model has no batch statistics)."""
+        return OFFICIAL_BATCH[self.dataset]
+
     def model_config(self, downsample: int | None = None) -> MambaSpikeConfig:
         """The dataset's preset at the frame size the data produces (or at `downsample`),
         sizes overridden."""
@@ -236,10 +247,6 @@ class MambaSpikeRunConfig(RunConfig):
         out += [f"{name.upper()} = {getattr(self, name)} (official: {preset[name]})"
                 for name in SIZE_OVERRIDES
                 if getattr(self, name) not in (None, preset[name])]
-        batch, devices = self.resolved_batch_size(), PLATFORMS[self.platform].devices
-        if (batch, devices) != (OFFICIAL_BATCH[self.dataset], 1):
-            per = f" per device x {devices} devices" if devices > 1 else ""
-            out.append(f"batch {batch}{per} (official: {OFFICIAL_BATCH[self.dataset]} on one GPU)")
         return out + self.sample_and_smoke_deviations()
 
     def __str__(self) -> str:

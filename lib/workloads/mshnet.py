@@ -4,7 +4,9 @@ The official recipe (ying-fu/MSHNet): Adagrad lr 0.05 without a schedule, 400 ep
 batch 4, 256 px crops, a soft-IoU warm-up (`--warm-epoch 5`, which main.py trains for six
 epochs), then the SLS loss on every head. The best checkpoint is the one with the highest test
 mIoU, as the official code keeps. Every setting that differs from that recipe is named by
-`MSHNetRunConfig.deviations()`, in the config printout and in the results table.
+`MSHNetRunConfig.deviations()`, in the config printout and in the results table, with the
+batch's (`Session.deviations`: a global batch other than 4; BatchNorm over fewer samples
+than 4, on several devices or in micro-batches of accumulated gradients).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from lib.data.irstd import build_datasets as irstd_datasets
 from lib.losses.sls import OFFICIAL_WARM_EPOCH, WARMUP_RULES, SLSLoss, warmup_length
 from lib.models.mshnet import MSHNet, MSHNetConfig
 from lib.plots import image_grid
-from lib.runtime.platforms import PLATFORMS, input_roots, storage
+from lib.runtime.platforms import input_roots, storage
 from lib.session import Session
 from lib.training.config import ConfigError, RunConfig
 from lib.training.loop import Task, evaluate_on
@@ -90,6 +92,10 @@ class MSHNetRunConfig(RunConfig):
                            " (with WARMUP_RULE = 'paper', 0: no warm-up); e.g. WARM_EPOCHS = 5 "
                            "as the official code.")
 
+    def official_batch(self) -> int:
+        """The official batch, 4 (reached by accumulation where a device cannot hold it)."""
+        return OFFICIAL["batch_size"]
+
     def warmup_epochs(self) -> int:
         """Soft-IoU warm-up epochs: WARM_EPOCHS + 1 under the official rule, else WARM_EPOCHS."""
         return warmup_length(self.warm_epochs, self.warmup_rule)
@@ -101,10 +107,6 @@ class MSHNetRunConfig(RunConfig):
         if self.warmup_rule != OFFICIAL["warmup_rule"]:
             out.append(f"WARMUP_RULE = {self.warmup_rule!r}: {self.warmup_epochs()} warm-up "
                        f"epochs (official: WARM_EPOCHS + 1 = {self.warm_epochs + 1})")
-        batch, devices = self.resolved_batch_size(), PLATFORMS[self.platform].devices
-        if (batch, devices) != (OFFICIAL["batch_size"], 1):  # BatchNorm sees the per-device one
-            per = f" per device x {devices} devices" if devices > 1 else ""
-            out.append(f"batch {batch}{per} (official: 4 on one GPU)")
         base, crop = self.image_sizes()
         if (base, crop) != (PAPER_SIZE, PAPER_SIZE):
             out.append(f"BASE_SIZE/CROP_SIZE = {base}/{crop} px (official: 256/256)")
