@@ -48,7 +48,7 @@ def toy_train(s):
     test = make_loader(Blobs(60, 1), 30, s.choice, train=False, seed=s.cfg.seed)
     run = s.open_run({"toy": 1})
     history = fit(task, train, test, s.choice, run, s.cfg.epochs, dist=dist, device=s.device,
-                  checkpoint_minutes=s.cfg.checkpoint_minutes)
+                  checkpoint_minutes=s.cfg.checkpoint_minutes, plan=s.plan)
     run.close()
     torch.save(model.state_dict(), s.out_dir / f"rank{dist.rank}.pt")
     return history
@@ -61,8 +61,10 @@ def session(tmp_path, name, batch, **changes):
 
 
 def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
+    """Also in micro-batches: each process accumulates 4 x 4 (DDP's all-reduce on the last
+    only, `no_sync` on the others), one process takes its 32 whole."""
     single = launch(toy_train, session(tmp_path, "one", 32))
-    double = launch(toy_train, session(tmp_path, "two", 16), nprocs=2)
+    double = launch(toy_train, session(tmp_path, "two", 16, micro_batch=4), nprocs=2)
     w0 = torch.load(tmp_path / "two" / "rank0.pt", weights_only=True)
     w1 = torch.load(tmp_path / "two" / "rank1.pt", weights_only=True)
     w = torch.load(tmp_path / "one" / "rank0.pt", weights_only=True)

@@ -221,7 +221,8 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: RunFol
         run.log(f"nothing to do: the checkpoint has {start_epoch} of {epochs} epochs")
         return history
     if plan is not None:
-        run.session = dict(run.session or {}, batch_norm=batches.batch_norm(task.model))
+        run.session = dict(run.session or {}, **plan.fields(),
+                           batch_norm=batches.batch_norm(task.model))
         if plan.accumulation > 1 and batches.batch_norm(task.model):
             run.log(batches.batch_norm_line(plan))
     run.record_session(start_epoch)
