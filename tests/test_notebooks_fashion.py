@@ -3,6 +3,7 @@
 import json
 import math
 
+import nbformat
 import pytest
 import torch
 
@@ -118,3 +119,52 @@ def test_colab_bootstrap_mounts_drive_writes_there_and_flushes(tmp_path):
     text = stream_text(nb)
     assert "every requirement is already installed" in text
     assert "Colab T4 notebook on the colab runtime" in text
+
+
+def test_a_tpu_sized_batch_continues_on_a_small_device_with_nothing_set_by_hand(
+        tmp_path, monkeypatch, capsys):
+    """Issue 44's journey, one epoch per session (TA_SESSION_EPOCHS=1), every epoch once:
+    the Kaggle TPU notebook trains with BATCH_SIZE 1024 (one device here); the Colab T4
+    notebook, started from the command line with BATCH_SIZE left to the experiment on a device
+    that holds 100 samples a step (TA_TEST_MEMORY_CAP, the test stand-in), keeps the global
+    batch: out of memory at 1024, 512, 256, 128 per step, it settles on 64 x 16 accumulated;
+    the local notebook, under the same cap, starts at the 64 that session found on this
+    device (the CPU) and needs no probe; its evaluation after training (the notebook's own,
+    batches of 128) halves itself to fit. A sample of 1,024 training images: one step per
+    epoch, each checkpoint counting optimizer steps and samples."""
+    from lib.cli import main as cli
+    from lib.data import fashion
+
+    data, run = tmp_path / "data", tmp_path / "run"
+    fashion.write_sample(data / "sample", n_train=1024, n_test=128)
+    params = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=3, DATA_DIR=str(data))
+    monkeypatch.setenv("TA_SESSION_EPOCHS", "1")  # the kernels inherit the environment
+    execute("fashion_mnist", "kaggle_tpu", tmp_path / "tpu", OUT_DIR=str(run), BATCH_SIZE=1024,
+            **params)
+    monkeypatch.setenv("TA_TEST_MEMORY_CAP", "100")
+    argv = [x for k, v in params.items() for x in ("-p", k, str(v))]
+    assert cli.main(["run", "fashion_mnist", "--platform", "colab_t4", "--out", str(run),
+                     *argv]) == 0
+    (kept,) = run.glob("fashion_mnist-session-*.ipynb")  # the command line's executed notebook
+    said = stream_text(nbformat.read(kept, as_version=4))
+    assert [line.split(":")[0] for line in said.splitlines() if "out of memory" in line] == [
+        f"out of memory at {n} per step on the CPU" for n in (1024, 512, 256, 128)]
+    assert "global batch 1024 kept: 64 per step x 16 accumulated, on 1 device" in said
+    nb = execute("fashion_mnist", "local", tmp_path / "local", OUT_DIR=str(run), **params)
+    said = stream_text(nb)
+    assert "global batch 1024 kept: 64 per step x 16 accumulated, on 1 device" in said
+    assert "out of memory" not in said
+    rows = [json.loads(line) for line in (run / "sessions.jsonl").open()]
+    assert [(r["platform"], r["from_epoch"], r["batch_size"], r["micro_batch"],
+             r["accumulation"], r["micro_batch_found"]) for r in rows] == [
+        ("kaggle_tpu", 1, 1024, 1024, 1, False), ("colab_t4", 2, 1024, 64, 16, True),
+        ("local", 3, 1024, 64, 16, True)]
+    history = read_jsonl(run / "metrics.jsonl")
+    assert [r["epoch"] for r in history] == [1, 2, 3]
+    assert [r["train_samples"] for r in history] == [1024] * 3
+    assert all(math.isfinite(r["train_loss"]) for r in history)
+    newest = sorted((run / "checkpoints").glob("ckpt-*.pt"))[-1]
+    state = torch.load(newest, map_location="cpu", weights_only=True)
+    assert (newest.name, state["steps"], state["samples"]) == ("ckpt-e0003-b000000.pt", 3, 3072)
+    table = markdown_outputs(nb)
+    assert "| 2 | colab_t4 | cpu | fp32 | 1024 x 1 (64 per step x 16 accumulated) |" in table
