@@ -96,8 +96,10 @@ class Session:
         """The config's deviations from a paper's setup, and the batch's: a global batch other
         than the paper's, and BatchNorm over fewer samples than it (micro-batches, devices)
         in the sessions that trained the run."""
-        return self.cfg.deviations() + batch.deviations(
-            self.cfg.official_batch(), self.global_batch, experiment.read_sessions(self.out_dir))
+        out, last = self.cfg.deviations(), len(self.cfg.sample_and_smoke_deviations())
+        at = len(out) - last if last <= len(out) else len(out)  # SAMPLE_DATA and SMOKE last
+        return out[:at] + batch.deviations(self.cfg.official_batch(), self.global_batch,
+                                           experiment.read_sessions(self.out_dir)) + out[at:]
 
     def open_run(self, model_config: dict) -> RunFolder:
         """The run folder (checkpoints, metrics, TensorBoard); only the main process writes."""

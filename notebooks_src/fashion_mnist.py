@@ -29,6 +29,7 @@ SAMPLE_DATA = False  # True: write and use a small offline sample in the real fo
 SMOKE = False  # True: a few batches per epoch, for a quick check
 EPOCHS = 14  # passes over the training set
 BATCH_SIZE = None  # None: the platform's default
+MICRO_BATCH = "auto"  # per device and step: "auto" (what fits) or a number; gradients add up
 LR = 1.0  # Adadelta learning rate
 GAMMA = 0.7  # learning-rate decay per epoch (StepLR)
 SEED = 1  # fixes initialisation, shuffling and dropout

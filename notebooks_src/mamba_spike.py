@@ -54,7 +54,8 @@ FIXED_T = None  # with DT_US: pad/crop every recording to this many frames (need
 DOWNSAMPLE = None  # spatial factor; None: 1 (official) if it fits the memory, else 2
 DENOISE_US = 10000  # drop events without a neighbour within this many µs; None: off
 EPOCHS = 100  # passes over the training set (the official 100-200)
-BATCH_SIZE = None  # None: the platform's default for DATASET (per device)
+BATCH_SIZE = None  # None: DATASET's official batch in all (a run keeps its own); else per device
+MICRO_BATCH = "auto"  # per device and step: "auto" (what fits) or a number; gradients add up
 LR = 1e-3  # AdamW learning rate, cosine decay to 1% of it
 WEIGHT_DECAY = 1e-4  # AdamW weight decay
 CLIP_GRAD = 1.0  # maximum gradient norm; None: no clipping
@@ -142,7 +143,7 @@ from IPython.display import Markdown, display
 from lib.bootstrap import show_tensorboard
 
 table = mamba_spike.results_table(scores, stats, info, task, cfg.sample_data,
-                                  cfg.deviations())
+                                  s.deviations())
 (s.out_dir / "results.md").write_text(table + "\n")
 print(f"best checkpoint: epoch {best['position'][0]} of {len(history)}")
 display(Markdown(table))

@@ -46,7 +46,8 @@ SAMPLE_DATA = False  # True: write and use a small offline sample in the real la
 SMOKE = False  # True: a few batches per epoch, for a quick check
 DATASET = "IRSTD-1k"  # "IRSTD-1k" or "NUDT-SIRST": picks the folder and the paper's row
 EPOCHS = 400  # passes over the training set (the paper's 400)
-BATCH_SIZE = None  # None: the platform's default (per device; the paper used 4)
+BATCH_SIZE = None  # None: the paper's 4 in all (a run keeps its own); else per device
+MICRO_BATCH = "auto"  # per device and step: "auto" (what fits) or a number; gradients add up
 LR = 0.05  # Adagrad learning rate, constant (the paper's)
 WARM_EPOCHS = 5  # soft-IoU warm-up W before the SLS loss (the official --warm-epoch 5)
 WARMUP_RULE = "official"  # "official": W + 1 epochs, as main.py; "paper": W epochs
@@ -122,7 +123,7 @@ from IPython.display import Markdown, display
 
 from lib.bootstrap import show_tensorboard
 
-table = mshnet.results_table(scores, cfg.dataset, cfg.sample_data, cfg.deviations())
+table = mshnet.results_table(scores, cfg.dataset, cfg.sample_data, s.deviations())
 (s.out_dir / "results.md").write_text(table + "\n")
 print(f"best checkpoint: epoch {best['position'][0]} of {len(history)}")
 display(Markdown(table))

@@ -42,6 +42,7 @@ LABEL_NOISE = 0.2  # share of training labels replaced, 0.0 to 1.0
 NOISE_MODE = "symmetric"  # "symmetric" (any other class) or "asymmetric" (class pairs)
 EPOCHS = 200  # passes over the training set, per run
 BATCH_SIZE = None  # None: 128 in all on every platform (the lr table assumes it)
+MICRO_BATCH = "auto"  # per device and step: "auto" (what fits) or a number; gradients add up
 LR = None  # None: each optimizer's literature default (the table below)
 WEIGHT_DECAY = None  # None: each optimizer's literature default
 WARMUP_EPOCHS = 5  # linear warm-up, then cosine decay to zero

@@ -109,11 +109,12 @@ def recorded_global(cfg, run_dir) -> int | None:
 
 def default_global(cfg, devices: int, kind: str) -> int:
     """A new run's global batch: BATCH_SIZE x devices, else the workload's default (SMOKE:
-    at most SMOKE_MAX_BATCH per device)."""
+    the default per device, at most SMOKE_MAX_BATCH, x devices: seconds on a CPU)."""
     if cfg.batch_size is not None:
         return cfg.batch_size * devices
-    total = cfg.default_global_batch(devices, kind)
-    return min(total, SMOKE_MAX_BATCH * devices) if cfg.smoke else total
+    if cfg.smoke:
+        return min(cfg.resolved_batch_size(kind), SMOKE_MAX_BATCH) * devices
+    return cfg.default_global_batch(devices, kind)
 
 
 def split_over(total: int, available: int, kind: str) -> int:

@@ -112,9 +112,8 @@ class OptimizerStudyConfig(RunConfig):
         return SMOKE_BATCH if self.smoke else self.default_batch(self.platform)
 
     def default_global_batch(self, devices: int, device: str | None = None) -> int:
-        """GLOBAL_BATCH on every platform, however many devices this session finds (SMOKE:
-        SMOKE_BATCH per device)."""
-        return SMOKE_BATCH * devices if self.smoke else GLOBAL_BATCH
+        """GLOBAL_BATCH on every platform, however many devices this session finds."""
+        return GLOBAL_BATCH
 
     @classmethod
     def default_batch(cls, platform: str, device: str | None = None) -> int:
