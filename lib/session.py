@@ -15,7 +15,6 @@ v5e-8 (512 x 8) continues on a Colab T4 (256 per step x 16 accumulated) as the s
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,27 +27,21 @@ from lib.runs import identity as experiment
 from lib.runs.folder import RunFolder, check_writable
 from lib.runtime import clouds, compile
 from lib.runtime.clock import Clock
-from lib.runtime.device import DeviceChoice, choose_device
+from lib.runtime.device import DeviceChoice, choose_device, device_count
 from lib.runtime.distributed import Dist
 from lib.runtime.platforms import (
-    SESSION_STARTED_ENV,
     Platform,
     Storage,
     detect_runtime,
     get_platform,
     input_roots,
-    process_started_at,
-    session_limit_hours,
+    session_clock,
     storage,
 )
 from lib.training import batch
 from lib.training.batch import BatchPlan
 from lib.training.config import RunConfig
 from lib.training.loop import Task, fit
-
-# Stand-in for a multi-device platform on a CPU-only machine: this many gloo processes
-# (tests run Kaggle's T4 x2 notebook as two CPU processes). Unset everywhere else.
-CPU_DEVICES_ENV = "TA_CPU_DEVICES"
 
 
 @dataclass
@@ -156,39 +149,6 @@ class Session:
         return state
 
 
-def _device_count(choice: DeviceChoice, platform: Platform) -> int:
-    if platform.devices == 1:
-        return 1
-    if choice.type == "cpu" and os.environ.get(CPU_DEVICES_ENV):
-        return max(1, min(platform.devices, int(os.environ[CPU_DEVICES_ENV])))
-    if choice.type == "cuda":
-        return min(platform.devices, torch.cuda.device_count())
-    if choice.type == "xla":
-        from lib.runtime import xla
-
-        return platform.devices if xla.device_type() == "TPU" else 1
-    return 1
-
-
-def _experiments(cfg: RunConfig, devices: int, grid: bool) -> list[tuple[str, dict]]:
-    """(run folder under OUT_DIR, experiment) of each run this session may train or carry
-    over. BATCH_SIZE None leaves the global batch to a run that records one (`ANY`)."""
-    total = cfg.batch_size * devices if cfg.batch_size is not None else experiment.ANY
-    return cfg.experiments(total) if grid else [(".", cfg.identity(total))]
-
-
-def _carry(out_dir: Path, runtime: str, runs: list[tuple[str, dict]], cfg: RunConfig,
-           roles: Storage, grid: bool) -> None:
-    """Bring an attached run (or grid) of this experiment into OUT_DIR (Kaggle's inputs)."""
-    args = (out_dir, input_roots(runtime))
-    if grid:  # every cell of the grid; its cells' own sessions carry nothing (carry=False)
-        line = experiment.carry_over_grid(*args, runs, cfg.run_settings(), roles.carry_over)
-    else:
-        line = experiment.carry_over(*args, runs[0][1], cfg.run_settings(), roles.carry_over)
-    if line:
-        print(line)
-
-
 def _run_folder(cfg: RunConfig, out_dir: Path, runs: list[tuple[str, dict]],
                 dist: Dist) -> Path:
     """OUT_DIR after the RESUME rule; for one run, its experiment recorded there."""
@@ -199,14 +159,6 @@ def _run_folder(cfg: RunConfig, out_dir: Path, runs: list[tuple[str, dict]],
             print(f'RESUME = "new": {out_dir} holds a run, kept as it is; this one starts '
                   f"afresh in {folder} (to resume it later, set OUT_DIR to that folder)")
     return folder
-
-
-def _clock(platform: Platform, runtime: str, dist: Dist) -> Clock:
-    """This session's clock; processes it launches inherit its start (TA_SESSION_STARTED)."""
-    started, limit = process_started_at(), session_limit_hours(platform, runtime)
-    if dist.main and limit is not None:
-        os.environ.setdefault(SESSION_STARTED_ENV, repr(started))
-    return Clock(started, limit)
 
 
 def where_line(data_dir: Path, out_dir: Path, roles: Storage, clock: Clock) -> str:
@@ -251,28 +203,37 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
     carried into OUT_DIR first, unless `carry` is False (a grid's cell: the grid did)."""
     dist = dist or Dist()
     grid = cfg.GRID if grid is None else grid
+    # where: the platform's profile, the runtime, its storage and clock
     platform = get_platform(cfg.platform)
-    choice = choose_device(cfg.device, platform)
     runtime = runtime or detect_runtime()
-    available = _device_count(choice, platform)
+    roles, clock = storage(runtime), session_clock(platform, runtime, dist.main)
+    # what hardware: the device, how many of them
+    choice = choose_device(cfg.device, platform)
+    available = device_count(choice, platform)
     if cfg.seed is not None:  # None: a grid whose runs each bring their own seed
         torch.manual_seed(cfg.seed)
     data_dir, out_dir = cfg.paths(runtime)
     # Paperspace reserves `checkpoints` in /notebooks; a Modal container keeps nothing
     clouds.check_out_dir(out_dir, runtime, smoke=cfg.smoke)
-    roles = storage(runtime)
-    runs = _experiments(cfg, available, grid)
+    # which experiment(s): BATCH_SIZE None leaves the global batch to a run that records one
+    total = experiment.ANY if cfg.batch_size is None else cfg.batch_size * available
+    runs = cfg.experiments(total) if grid else [(".", cfg.identity(total))]
     if dist.main and roles.session_bound and cfg.resume != "new" and carry:
-        _carry(out_dir, runtime, runs, cfg, roles, grid)
+        _say(experiment.carry(out_dir, input_roots(runtime), runs, cfg.run_settings(),
+                              roles.carry_over, grid))
     out_dir = _run_folder(cfg, out_dir, runs, dist)
-    # a grid's root records no batch: each cell's own session decides its plan
+    # the batch: the run's global batch on these devices, in micro-batches that fit
     plan = batch.decide(cfg, choice.type, choice.where, available, None if grid else out_dir)
     s = Session(cfg, platform, runtime, choice, data_dir, out_dir, plan,
-                cfg.smoke_batches if cfg.smoke else None, dist,
-                _clock(platform, runtime, dist), roles)
+                cfg.smoke_batches if cfg.smoke else None, dist, clock, roles)
     if dist.main and announce:
         _announce(s, available)
-    if dist.main and not grid:
-        experiment.record(out_dir, dict(cfg.to_dict(), resolved=s.resolved()),
-                          cfg.identity(s.global_batch))
+    if dist.main and not grid:  # the experiment, recorded before its first step
+        defined = cfg.identity(s.global_batch)
+        experiment.record(out_dir, dict(cfg.to_dict(), resolved=s.resolved()), defined)
     return s
+
+
+def _say(line: str | None) -> None:
+    if line:
+        print(line)

@@ -19,7 +19,7 @@ from lib.training.backend import Backend
 from lib.training.batch import MEMORY_CAP_ENV, BatchPlan, OutOfMemory
 from lib.training.loop import Task, fit
 from lib.training.metrics import Accuracy
-from tests.test_train import CPU, Noisy, loaders, strip
+from tests.test_train import CPU, loaders, strip
 
 
 class Float64(nn.Module):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-from types import SimpleNamespace
 from unittest import mock
 
 import pytest

@@ -237,7 +237,7 @@ def test_a_fashion_mnist_run_trains_on_colab_then_kaggle_t4x2_then_here(tmp_path
     workload = "fashion_mnist"
     said = journey(workload, tmp_path)
     run = said["run"]
-    assert "the run's global batch" not in said["colab"]  # a new run: the platform's default
+    assert "global batch" not in said["colab"]  # a new run: the platform's default, unsaid
     assert said["to-kaggle"].startswith(
         f"moved the fashion_mnist run (2 epochs, newest complete checkpoint "
         f"ckpt-e0002-b000000.pt) from {tmp_path / 'drive'}")
@@ -245,11 +245,11 @@ def test_a_fashion_mnist_run_trains_on_colab_then_kaggle_t4x2_then_here(tmp_path
     kaggle = said["kaggle"]
     assert "carried over the run in" in kaggle and "datasets/tester/fashion-mnist-run" in kaggle
     assert "launching 2 processes" in kaggle
-    assert "the run's global batch 32 is kept, 16 per device x 2 device(s)" in kaggle
+    assert "global batch 32 kept: 16 per step, on 2 devices" in kaggle
     assert said["from-kaggle"].startswith("moved the fashion_mnist run (4 epochs, newest "
                                           "complete checkpoint ckpt-e0004-b000000.pt) from the "
                                           "latest output of Kaggle kernel tester/")
-    assert "the run's global batch" not in said["local"]  # 32: this platform's default too
+    assert "global batch 32 kept: 32 per step, on 1 device" in said["local"]
     assert sessions(run) == [("colab_t4", "cpu", "fp32", 32, 1, 1),
                              ("kaggle_t4x2", "cpu", "fp32", 16, 2, 3),
                              ("local", "cpu", "fp32", 32, 1, 5)]

@@ -149,6 +149,14 @@ def append_session(run_dir: Path, session: dict) -> None:
         f.write(json.dumps(session, sort_keys=True) + "\n")
 
 
+def batch_record(run_dir: Path, run_settings: frozenset[str]) -> tuple[int | None, list[dict]]:
+    """(the global batch the run in `run_dir` trains with, the rows of the sessions that
+    trained it), when it holds training; else (None, [])."""
+    if not holds_training(run_dir):
+        return None, []
+    return (recorded(run_dir, run_settings) or {}).get("global_batch_size"), read_sessions(run_dir)
+
+
 def update_last_session(run_dir: Path, fields: dict) -> None:
     """Change the newest row of sessions.jsonl (this session's: only the main process of the
     session training here appends or changes rows), e.g. the micro-batch it settled on."""
@@ -288,6 +296,14 @@ def carry_over(out_dir: Path, roots: list[Path], identity: dict,
             "set OUT_DIR to a new folder.")
     return ("no earlier run of this experiment in OUT_DIR or the attached inputs: training "
             f"starts at epoch 1. To continue it in a later session: {how}.")
+
+
+def carry(out_dir: Path, roots: list[Path], runs: list[tuple[str, dict]],
+          run_settings: frozenset[str], how: str, grid: bool) -> str | None:
+    """`carry_over_grid` for a grid's `runs`, else `carry_over` for the one run."""
+    if grid:
+        return carry_over_grid(out_dir, roots, runs, run_settings, how)
+    return carry_over(out_dir, roots, runs[0][1], run_settings, how)
 
 
 def carry_over_grid(out_dir: Path, roots: list[Path], runs: list[tuple[str, dict]],

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lib.base.errors import ConfigError
+from lib.runtime.clock import Clock
 
 _IMPORTED_AT = time.time()
 
@@ -274,3 +275,11 @@ def default_dirs(workload: str, runtime: str) -> tuple[Path, Path]:
     roles = storage(runtime)
     data = roles.scratch if runtime == "local" else roles.scratch / "data"
     return data, roles.durable / workload
+
+
+def session_clock(platform: Platform, runtime: str, main: bool = True) -> Clock:
+    """This session's clock; processes it launches inherit its start (SESSION_STARTED_ENV)."""
+    started, limit = process_started_at(), session_limit_hours(platform, runtime)
+    if main and limit is not None:
+        os.environ.setdefault(SESSION_STARTED_ENV, repr(started))
+    return Clock(started, limit)

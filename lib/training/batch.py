@@ -99,14 +99,6 @@ class BatchPlan:
 
 
 # Deciding it ---------------------------------------------------------------------------------
-def recorded_global(cfg, run_dir) -> int | None:
-    """The global batch the run in `run_dir` trains with, when BATCH_SIZE leaves the batch to
-    the experiment and the folder holds training (None otherwise)."""
-    if cfg.batch_size is not None or run_dir is None or not experiment.holds_training(run_dir):
-        return None
-    return (experiment.recorded(run_dir, cfg.run_settings()) or {}).get("global_batch_size")
-
-
 def default_global(cfg, devices: int, kind: str) -> int:
     """A new run's global batch: BATCH_SIZE x devices, else the workload's default (SMOKE:
     the default per device, at most SMOKE_MAX_BATCH, x devices: seconds on a CPU)."""
@@ -158,15 +150,17 @@ def fixed_micro(micro: int, per_device: int, total: int, devices: int) -> int:
 
 
 def decide(cfg, kind: str, where: str, available: int, run_dir=None) -> BatchPlan:
-    """This session's plan: the global batch the run records in `run_dir` (None: a grid's
-    root, which each cell's own session decides), else a new run's; the devices of
-    `available` that split it; the micro-batch (MICRO_BATCH, or "auto"'s first try)."""
-    recorded = recorded_global(cfg, run_dir)
+    """This session's plan: the global batch the run in `run_dir` records, when BATCH_SIZE
+    leaves it to the experiment (`run_dir` None: a grid's root, whose cells decide their
+    own), else a new run's; the devices of `available` that split it; the micro-batch
+    (MICRO_BATCH, or "auto"'s first try: what an earlier session found on `where`)."""
+    recorded, sessions = (None, []) if run_dir is None else experiment.batch_record(
+        run_dir, cfg.run_settings())
+    recorded = recorded if cfg.batch_size is None else None
     total = recorded or default_global(cfg, available, kind)
     devices = split_over(total, available, kind)
     per_device = total // devices
     if cfg.micro_batch == AUTO:
-        sessions = experiment.read_sessions(run_dir) if run_dir is not None else []
         known = remembered(sessions, where)
         micro = first_micro(cfg, per_device, kind, known)
         return BatchPlan(total, devices, micro, auto=True, kept=recorded is not None,
