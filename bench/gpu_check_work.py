@@ -5,7 +5,7 @@ data, the Colab T4 notebook's batch sizes), starts a `lib.session` Session, forc
 precision asked for ("native": what `lib.runtime.device` picks for this GPU; "fp16": the T4's fp16
 autocast + GradScaler; "bf16"; "fp32": autocast off and TF32 off, the reference) and trains
 through the workload's own `train(session)` (`Session.fit` -> `lib.training.loop.fit`), recording
-every step's loss (and GradScaler scale) by wrapping `lib.training.loop.Backend.backward_step`.
+every step's loss (and GradScaler scale) by wrapping `lib.training.backend.Backend.train_step`.
 
 Run as a module it is the worker that `bench.gpu_check` starts in a subprocess for the
 kill-and-resume and GPU <-> CPU checks (a real SIGKILL through `lib.base.faults`, a real CPU-only
@@ -121,19 +121,20 @@ def step_log(scale: bool = False):
     """Every training step's loss (a device tensor, read at the end) and, with `scale`, the
     GradScaler's scale after the step (a sync per step)."""
     log: dict[str, list] = {"loss": [], "scale": []}
-    original = Backend.backward_step
+    original = Backend.train_step
 
-    def logged(self, loss, model, optimizer, clip_grad):
-        log["loss"].append(loss.detach().float())
-        original(self, loss, model, optimizer, clip_grad)
+    def logged(self, task, batch):
+        loss_sum, n = original(self, task, batch)
+        log["loss"].append(loss_sum.detach().float() / n)  # the step's mean loss
         if scale and self.scaler is not None:
             log["scale"].append(float(self.scaler.get_scale()))
+        return loss_sum, n
 
-    Backend.backward_step = logged
+    Backend.train_step = logged
     try:
         yield log
     finally:
-        Backend.backward_step = original
+        Backend.train_step = original
 
 
 def train_run(workload: str, root: Path, run: str, *, device: str, precision: str = "native",

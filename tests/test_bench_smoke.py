@@ -257,3 +257,14 @@ def test_compile_bench_on_a_gpu_takes_the_platform_batch_sizes(monkeypatch):
     assert bench_compile.default_batch("cifar10", cuda) == 128  # the study's global batch
     assert bench_compile.default_batch("mshnet", cuda) == 8  # MSHNet's on a 16 GB GPU
     assert bench_compile.default_batch("mshnet", bench_compile.device_choice("cpu")) is None
+
+
+def test_accumulation_bench_times_every_split_of_one_global_batch():
+    from bench import bench_accumulation
+
+    rows = bench_accumulation.run(["cpu"], steps=1, repeats=1, global_batch=8)
+    cnn = [r for r in rows if r["model"] == "Fashion-MNIST CNN"]
+    assert [(r["accumulation"], r["micro"], r["auto"]) for r in cnn] == [
+        (1, 8, False), (2, 4, False), (4, 2, False), (8, 1, False), (1, 8, True)]
+    assert cnn[0]["ratio"] == 1.0 and all(r["s_per_sample"] > 0 for r in cnn)
+    assert "| the CPU (fp32) | Fashion-MNIST CNN | 8 | 8 | 1 |" in bench_accumulation.table(rows)
