@@ -279,7 +279,11 @@ class RunConfig:
         device found (`device`: the local notebook's follows what this machine has)."""
         if self.batch_size is not None:
             return self.batch_size
-        return self.default_batch(self.platform, device)
+        return max(1, round(self.default_batch(self.platform, device) * self.batch_scale()))
+
+    def batch_scale(self) -> float:
+        """A factor on BATCH_SIZES for this config (a workload whose datasets differ in size)."""
+        return 1.0
 
     def default_global_batch(self, devices: int, device: str | None = None) -> int:
         """A new run's global batch when BATCH_SIZE is None: a paper preset's official batch
@@ -303,7 +307,8 @@ class RunConfig:
         names no limit (the CPU)."""
         if device not in self.BATCH_SIZES:
             return None
-        return max(1, round(self.BATCH_SIZES[device] * PLATFORMS[self.platform].batch_scale))
+        scaled = round(self.BATCH_SIZES[device] * PLATFORMS[self.platform].batch_scale)
+        return max(1, round(max(1, scaled) * self.batch_scale()))
 
     @classmethod
     def default_batch(cls, platform: str, device: str | None = None) -> int:

@@ -3,10 +3,9 @@
 The official recipe (ECNU-Cross-Innovation-Lab/Mamba-Spike): AdamW lr 1e-3, weight decay
 1e-4, gradient clipping at norm 1.0, cosine decay to 0.01 lr; batch 32 / 16 / 8 for N-MNIST /
 DVS Gesture / CIFAR10-DVS; 100 epochs (train.py) or 200 (train_<dataset>.py); the sensors'
-full 128x128 frames. A new run trains with the official batch of its dataset on every
-platform; `BATCH_SIZES` holds what a step holds on each device (16 on a T4 at DVS Gesture's
-size, scaled for the other datasets by the official ratio), so a device that holds less
-reaches the official batch by accumulating gradients (exact: no batch statistics). Every setting
+full 128x128 frames. A new run trains with its dataset's official batch on every platform;
+`BATCH_SIZES` is what a step holds (16 on a T4 at DVS Gesture's size, scaled by the official
+ratio for the others): a device that holds less accumulates gradients. Every setting
 that differs from the official one is named by `MambaSpikeRunConfig.deviations()`, in the
 config printout and in the results table.
 """
@@ -153,20 +152,12 @@ class MambaSpikeRunConfig(RunConfig):
                     downsample=self.resolved_downsample(),
                     denoise_us=self.denoise_us or None)
 
-    def resolved_batch_size(self, device: str | None = None) -> int:
-        """BATCH_SIZE, else the platform's value scaled by the official per-dataset ratio."""
-        if self.batch_size is not None:
-            return self.batch_size
-        return max(1, round(super().resolved_batch_size(device) * BATCH_SCALE[self.dataset]))
-
-    def step_batch(self, device: str) -> int | None:
-        """What a step holds on this device: the platform's value scaled as the batch is."""
-        default = super().step_batch(device)
-        return None if default is None else max(1, round(default * BATCH_SCALE[self.dataset]))
+    def batch_scale(self) -> float:
+        """BATCH_SIZES (DVS Gesture's) scaled by DATASET's official ratio."""
+        return BATCH_SCALE[self.dataset]
 
     def official_batch(self) -> int:
-        """The official batch of DATASET (reached by accumulation where a device cannot hold
-        it: exact here, the model has no batch statistics)."""
+        """DATASET's official batch (accumulated where a device cannot hold it: exact)."""
         return OFFICIAL_BATCH[self.dataset]
 
     def model_config(self, downsample: int | None = None) -> MambaSpikeConfig:
