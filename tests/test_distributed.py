@@ -1,5 +1,6 @@
 """Data parallelism on CPUs: two gloo processes started by torchrun through lib.launch."""
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -60,11 +61,17 @@ def session(tmp_path, name, batch, **changes):
     return start(cfg)
 
 
-def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
-    """Also in micro-batches: each process accumulates 4 x 4 (DDP's all-reduce on the last
-    only, `no_sync` on the others), one process takes its 32 whole."""
+def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, monkeypatch):
+    """Also in micro-batches: one process takes its 32 whole; the two processes, on devices
+    that hold 5 samples a step (TA_TEST_MEMORY_CAP), agree in their first step to halve 16
+    to 8 to 4 (every backward's all-reduce held back until they agree), then accumulate
+    4 x 4 (DDP's all-reduce on the last micro-batch only, `no_sync` on the others)."""
     single = launch(toy_train, session(tmp_path, "one", 32))
-    double = launch(toy_train, session(tmp_path, "two", 16, micro_batch=4), nprocs=2)
+    monkeypatch.setenv("TA_TEST_MEMORY_CAP", "5")  # the ranks inherit it
+    double = launch(toy_train, session(tmp_path, "two", 16), nprocs=2)
+    rows = [json.loads(line) for line in (tmp_path / "two" / "sessions.jsonl").open()]
+    assert [(r["micro_batch"], r["accumulation"], r["micro_batch_found"]) for r in rows] == [
+        (4, 4, True)]
     w0 = torch.load(tmp_path / "two" / "rank0.pt", weights_only=True)
     w1 = torch.load(tmp_path / "two" / "rank1.pt", weights_only=True)
     w = torch.load(tmp_path / "one" / "rank0.pt", weights_only=True)
