@@ -27,8 +27,8 @@ from lib.runs import identity as experiment
 from lib.runs.folder import RunFolder, check_writable
 from lib.runtime import clouds, compile
 from lib.runtime.clock import Clock
-from lib.runtime.device import DeviceChoice, choose_device, device_count
-from lib.runtime.distributed import Dist
+from lib.runtime.device import DeviceChoice, choose_device
+from lib.runtime.distributed import Dist, device_count
 from lib.runtime.platforms import (
     Platform,
     Storage,

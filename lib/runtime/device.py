@@ -385,24 +385,3 @@ def choose_device(
         compile_ok=compiles,
         compile_note=compile_note,
     )
-
-
-# Stand-in for a multi-device platform on a CPU-only machine: this many gloo processes
-# (tests run Kaggle's T4 x2 notebook as two CPU processes). Unset everywhere else.
-CPU_DEVICES_ENV = "TA_CPU_DEVICES"
-
-
-def device_count(choice: DeviceChoice, platform: Platform, environ=os.environ) -> int:
-    """How many devices of `choice`'s kind this session may train on: the platform's, as
-    many as this machine shows (one XLA process unless on TPU chips)."""
-    if platform.devices == 1:
-        return 1
-    if choice.type == "cpu" and environ.get(CPU_DEVICES_ENV):
-        return max(1, min(platform.devices, int(environ[CPU_DEVICES_ENV])))
-    if choice.type == "cuda":
-        return min(platform.devices, torch.cuda.device_count())
-    if choice.type == "xla":
-        from lib.runtime import xla
-
-        return platform.devices if xla.device_type() == "TPU" else 1
-    return 1

@@ -2,7 +2,8 @@
 
 Three kinds: "none" (one process), "ddp" (torch.distributed, started by torchrun: Kaggle T4 x2,
 or gloo on CPUs in tests) and "xla" (torch_xla.launch over the TPU chips). The loop asks only
-`main`, `reduce_sum`, `wrap_model`, `average_gradients` and `unwrap`.
+`main`, `reduce_sum`, `wrap_model`, `average_gradients` and `unwrap`; a session asks
+`device_count`: how many processes it trains on.
 """
 
 from __future__ import annotations
@@ -64,6 +65,24 @@ class Dist:
             import torch.distributed as td
 
             td.barrier()
+
+
+CPU_DEVICES_ENV = "TA_CPU_DEVICES"  # tests: N gloo processes stand in for N devices
+
+
+def device_count(choice, platform, environ=os.environ) -> int:
+    """How many processes (one device each) a session of `platform` may train on with
+    `choice` (a `lib.runtime.device.DeviceChoice`): the platform's devices this machine shows
+    (on XLA, one process unless on TPU chips)."""
+    if choice.type == "cpu" and environ.get(CPU_DEVICES_ENV) and platform.devices > 1:
+        return max(1, min(platform.devices, int(environ[CPU_DEVICES_ENV])))
+    if choice.type == "cuda":
+        return min(platform.devices, torch.cuda.device_count())
+    if choice.type == "xla" and platform.devices > 1:
+        from lib.runtime import xla
+
+        return platform.devices if xla.device_type() == "TPU" else 1
+    return 1
 
 
 def unwrap(model: nn.Module) -> nn.Module:
