@@ -123,16 +123,22 @@ class RunFolder:
                        "compile_seconds", 0.0) for r in mine) / max(len(mine), 1), 3),
                    samples_per_s=round(sum(r.get("train_samples", 0) for r in mine)
                                        / train_s, 1) if train_s else None)
+        self._write_row()
+
+    def update_session(self, fields: dict) -> None:
+        """Change this session's row of sessions.jsonl (after `record_session`), e.g. the
+        micro-batch an out-of-memory error made it settle on (lib.training.batch)."""
+        if self._row is not None:
+            self._row[1].update(fields)
+            self._write_row()
+
+    def _write_row(self) -> None:
+        """This session's row, as it now is, in place of the one it appended."""
+        index, row = self._row
         rows = experiment.read_sessions(self.dir)
         if index < len(rows) and rows[index].get("started_at") == row["started_at"]:
             rows[index] = row
             write_jsonl(self.dir / experiment.SESSIONS, rows)
-
-    def update_session(self, fields: dict) -> None:
-        """Change this session's row of sessions.jsonl (after `record_session`)."""
-        if self.main and self.session is not None:
-            self.session = dict(self.session, **fields)
-            experiment.update_last_session(self.dir, fields)
 
     def keep_old_metrics(self) -> None:
         """Training starts from epoch 1 in a folder that has epoch records (every checkpoint

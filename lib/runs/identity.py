@@ -157,17 +157,6 @@ def batch_record(run_dir: Path, run_settings: frozenset[str]) -> tuple[int | Non
     return (recorded(run_dir, run_settings) or {}).get("global_batch_size"), read_sessions(run_dir)
 
 
-def update_last_session(run_dir: Path, fields: dict) -> None:
-    """Change the newest row of sessions.jsonl (this session's: only the main process of the
-    session training here appends or changes rows), e.g. the micro-batch it settled on."""
-    rows = read_sessions(run_dir)
-    if not rows:
-        return
-    rows[-1].update(fields)
-    atomic.write_text(Path(run_dir) / SESSIONS,
-                      "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
-
-
 def read_sessions(run_dir: Path) -> list[dict]:
     """The sessions that trained in `run_dir`, oldest first ([] when none is recorded)."""
     try:
