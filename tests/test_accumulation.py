@@ -85,7 +85,7 @@ def test_one_global_batch_gives_the_gradients_of_its_accumulated_micro_batches()
 
 
 def test_an_out_of_memory_step_is_redone_from_the_same_state_with_half_the_micro_batch(
-        tmp_path):
+        tmp_path, capsys):
     """A device that runs out of memory in the second micro-batch of 8 of the first step,
     after the first one moved the dropout generator and BatchNorm's running statistics: the
     step is redone in micro-batches of 4, and the run is bit for bit the one that took 4 from
@@ -110,6 +110,10 @@ def test_an_out_of_memory_step_is_redone_from_the_same_state_with_half_the_micro
 
     found = train(tmp_path / "found", 2, task_with_a_small_device(True),
                   BatchPlan(16, micro=8, auto=True, where="a small GPU"))
+    said = capsys.readouterr().out
+    assert said.count("BatchNorm normalises each micro-batch of 8, not the 16 samples of a "
+                      "device's step: gradient accumulation is exact only for models without "
+                      "batch statistics") == 1  # said once, when the session accumulates
     fixed = train(tmp_path / "fixed", 2, task_with_a_small_device(False), BatchPlan(16, micro=4))
     assert strip(found) == strip(fixed)
     assert torch.equal(*[newest(tmp_path / name)[0]["model"]["1.running_mean"]

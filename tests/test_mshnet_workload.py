@@ -1,5 +1,6 @@
 """The MSHNet workload: its parameters, default folders, task, figures and results table."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,23 @@ def test_prediction_grid_titles_each_image_with_its_iou():
     title = prediction_grid(task, data, torch.device("cpu"))._suptitle.get_text()
     assert title.endswith("\n100% of pixels marked as target: the model has not yet learnt the "
                           "background")
+
+
+def test_the_results_list_batchnorm_over_micro_batches_beside_the_other_deviations(tmp_path):
+    """A run whose second session accumulated 2 x 2 (a device that held 2): the session's
+    deviations, which the results table shows, name it before SAMPLE_DATA and SMOKE."""
+    from lib import session
+
+    run = tmp_path / "run"
+    cfg = make(PLATFORM="local", DEVICE="cpu", SMOKE=True, SAMPLE_DATA=True, OUT_DIR=str(run))
+    s = session.start(cfg, runtime="local")
+    assert s.global_batch == 4  # the paper's, in smoke mode too (4 per step on the CPU)
+    rows = [{"micro_batch": 4, "accumulation": 1, "batch_norm": True},
+            {"micro_batch": 2, "accumulation": 2, "batch_norm": True}]
+    (run / "sessions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    found = s.deviations()
+    assert found[-3:] == [
+        "BatchNorm over 2 samples per step, not the global batch of 4 (micro-batches or "
+        "devices; accumulation is exact only for models without batch statistics)",
+        "SAMPLE_DATA = True (the offline sample, not the dataset)",
+        "SMOKE = True (6 batches per epoch)"]
