@@ -123,7 +123,7 @@ def report(out: Path) -> str:
     from lib.cli.speed import table
 
     text, timed = results(Path(out)), table(Path(out))
-    return f"{text}\n{timed}" if timed else text
+    return f"{text}\n\n{timed}" if timed else text
 
 
 def results(out: Path) -> str:
