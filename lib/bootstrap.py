@@ -21,11 +21,11 @@ import tempfile
 from pathlib import Path
 
 from lib.base.errors import UserError
-from lib.runtime import clouds
+from lib.runtime import clouds, environment
 
 # --- Too old for this project: checked first, before a module that needs 3.11 is imported ---
 MIN_PYTHON = (3, 11)  # tomllib, and what the lanes test (pyproject: requires-python)
-# torch.amp.GradScaler(device) (lib/training/loop.py) is the device-generic class of torch >= 2.3
+# torch.amp.GradScaler(device) (lib/training/backend.py) is the device-generic class of torch >= 2.3
 # (the CUDA-only one was deprecated in pytorch/pytorch#126527, 2024-05).
 MIN_TORCH = (2, 3)
 
@@ -364,8 +364,7 @@ def start(platform_name: str, root: Path, project: dict, how: str | None,
             f"library at {root} is {getattr(lib, '__version__', 'older than 0.1.0')}: open the "
             "notebook rendered there (notebooks/<platform>/), or restart the kernel if another "
             "version was imported before.")
-    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
-                            capture_output=True, text=True).stdout.strip() or "no git"
+    commit = environment.commit(root) or "no git"
     source = "the checkout" if how is None else f"{repository}@{ref} ({how})"
     print(f"bootstrap: train-anywhere {lib.__version__} at commit {commit} from {source} at "
           f"{root}")

@@ -19,7 +19,7 @@ from lib.training.backend import Backend
 from lib.training.batch import MEMORY_CAP_ENV, BatchPlan, OutOfMemory
 from lib.training.loop import Task, fit
 from lib.training.metrics import Accuracy
-from tests.test_train import CPU, loaders, strip
+from tests.test_train import CPU, killed_after, loaders, strip
 
 
 class Float64(nn.Module):
@@ -34,17 +34,8 @@ def exact_task(seed=0, interrupt_after=None):
     model = nn.Sequential(Float64(), nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2)).double()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 / (1 + step))
-    calls = {"n": 0}
-
-    def loss_fn(out, y):
-        if model.training:
-            calls["n"] += 1
-            if interrupt_after is not None and calls["n"] > interrupt_after:
-                raise KeyboardInterrupt("killed")
-        return nn.functional.cross_entropy(out, y)
-
-    return Task(model, loss_fn, opt, metrics=lambda: [Accuracy(2)], scheduler=sched,
-                scheduler_interval="step")
+    return Task(model, killed_after(model, interrupt_after), opt,
+                metrics=lambda: [Accuracy(2)], scheduler=sched, scheduler_interval="step")
 
 
 def train(out, epochs, task, plan, minutes=10.0):

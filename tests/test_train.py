@@ -44,6 +44,14 @@ def make_task(init_seed=0, interrupt_after=None, per_step=False):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 / (1 + step))
     else:
         sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.8)
+    return Task(model, killed_after(model, interrupt_after), opt,
+                metrics=lambda: [Accuracy(2)], scheduler=sched,
+                scheduler_interval="step" if per_step else "epoch")
+
+
+def killed_after(model, interrupt_after=None):
+    """Cross-entropy that raises KeyboardInterrupt (a kill) after `interrupt_after` training
+    forward passes of `model` (None: never)."""
     calls = {"n": 0}
 
     def loss_fn(out, y):
@@ -53,8 +61,7 @@ def make_task(init_seed=0, interrupt_after=None, per_step=False):
                 raise KeyboardInterrupt("killed")
         return nn.functional.cross_entropy(out, y)
 
-    return Task(model, loss_fn, opt, metrics=lambda: [Accuracy(2)], scheduler=sched,
-                scheduler_interval="step" if per_step else "epoch")
+    return loss_fn
 
 
 def loaders(seed=3, choice=CPU):

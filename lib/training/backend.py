@@ -24,6 +24,7 @@ from torch import nn
 
 from lib.base import faults
 from lib.runtime.device import DeviceChoice
+from lib.runtime.device_state import free_memory, rng_state, set_rng_state
 from lib.runtime.distributed import Dist
 from lib.training import batch as batches
 from lib.training.batch import BatchPlan, OutOfMemory
@@ -174,26 +175,16 @@ class Backend:
     def _snapshot(self, model: nn.Module):
         """What a redone step must start from: the RNG states dropout draws from, and the
         buffers (BatchNorm's running statistics) the failed forward passes moved."""
-        device_rng = None
-        if self.device.type == "cuda":
-            device_rng = torch.cuda.get_rng_state(self.device)
-        elif self.device.type == "mps":
-            device_rng = torch.mps.get_rng_state()
-        return (torch.get_rng_state(), device_rng,
-                [b.detach().clone() for b in model.buffers()])
+        return rng_state(), [b.detach().clone() for b in model.buffers()]
 
     def _restore(self, task, saved) -> None:
-        cpu_rng, device_rng, buffers = saved
+        rng, buffers = saved
         task.optimizer.zero_grad(set_to_none=True)
-        torch.set_rng_state(cpu_rng)
-        if self.device.type == "cuda":
-            torch.cuda.set_rng_state(device_rng, self.device)
-        elif self.device.type == "mps":
-            torch.mps.set_rng_state(device_rng)
+        set_rng_state(rng)
         with torch.no_grad():
             for b, old in zip(task.model.buffers(), buffers, strict=True):
                 b.copy_(old)
-        batches.free_memory(self.device)
+        free_memory(self.device)
 
     def _any_failed(self, failed: str) -> str:
         """Whether any process ran out of memory in this step (each learns it)."""
@@ -249,7 +240,7 @@ class Backend:
                 consume(output, target, loss)
                 done += size
                 continue
-            batches.free_memory(self.device)
+            free_memory(self.device)
 
     def epoch_stats(self) -> dict:
         if self.is_xla:

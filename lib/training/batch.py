@@ -18,7 +18,6 @@ Exact for models without batch statistics; BatchNorm sees the micro-batch (`batc
 
 from __future__ import annotations
 
-import gc
 import os
 from dataclasses import dataclass, replace
 
@@ -187,15 +186,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, RuntimeError) and ("MPS backend out of memory" in text
                                               or "RESOURCE_EXHAUSTED" in text)
-
-
-def free_memory(device: torch.device) -> None:
-    """Give back what a failed step left allocated (after its exception is gone)."""
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    elif device.type == "mps":
-        torch.mps.empty_cache()
 
 
 def memory_cap() -> int | None:

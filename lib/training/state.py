@@ -3,43 +3,9 @@ optimizer, schedule, GradScaler, RNG states, and the optimizer steps and samples
 
 from __future__ import annotations
 
-import random
-
-import torch
-
+from lib.runtime.device_state import rng_state, set_rng_state
 from lib.runtime.distributed import unwrap
 from lib.training.backend import Backend
-
-
-def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    if torch.backends.mps.is_available():  # dropout on MPS draws from its own generator
-        state["mps"] = torch.mps.get_rng_state()
-    return state
-
-
-def set_rng_state(state: dict) -> list[str]:
-    """Restore the generators this machine has; return the device kinds whose saved state
-    was skipped (a checkpoint from a machine with a GPU or a Mac, resumed elsewhere)."""
-    torch.set_rng_state(state["torch"])
-    random.setstate((3, tuple(state["python"]), None))
-    skipped = []
-    if "cuda" in state:
-        if torch.cuda.is_available():
-            # one state per GPU it had; a machine with fewer GPUs takes the first ones
-            saved = list(state["cuda"])[:torch.cuda.device_count()]
-            for i, rng in enumerate(saved):
-                torch.cuda.set_rng_state(rng, i)
-        else:
-            skipped.append("cuda")
-    if "mps" in state:
-        if torch.backends.mps.is_available():
-            torch.mps.set_rng_state(state["mps"])
-        else:
-            skipped.append("mps")
-    return skipped
 
 
 def state_of(task, backend: Backend, history: list, best: float | None, count: dict,
