@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -31,3 +34,27 @@ def cpu_and_xla_outputs(build, checkpoint: Path, inputs: torch.Tensor):
         with torch.no_grad():
             outputs.append(to_cpu(model(inputs.to(device))))
     return outputs
+
+
+WATCHDOG = """import faulthandler, sys
+faulthandler.dump_traceback_later({seconds}, exit=True)  # a hang prints every thread, exits 1
+"""
+
+
+def run_on_xla(code: str, watchdog_s: int, *, tries: int = 1) -> subprocess.CompletedProcess:
+    """`code` in a fresh process on torch_xla's CPU client (only PJRT_DEVICE and PATH set).
+
+    A process still running after `watchdog_s` prints every thread's Python stack (faulthandler)
+    and exits, so a hang fails with where it stood rather than a bare timeout. `tries` > 1 is
+    for a measurement that is not about hanging: a hung try is reported as a warning carrying
+    its stacks, and the code is run again; a try that fails otherwise is never retried.
+    """
+    for attempt in range(1, tries + 1):
+        out = subprocess.run([sys.executable, "-c", WATCHDOG.format(seconds=watchdog_s) + code],
+                             capture_output=True, text=True, timeout=watchdog_s + 120,
+                             env={"PJRT_DEVICE": "CPU", "PATH": "/usr/bin:/bin"})
+        if not (out.returncode == 1 and "Timeout (" in out.stderr) or attempt == tries:
+            return out
+        warnings.warn(f"try {attempt} of {tries} hung for {watchdog_s} s; its threads:\n"
+                      + out.stderr[-6000:], stacklevel=2)
+    raise AssertionError("unreachable")
