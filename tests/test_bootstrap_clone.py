@@ -19,8 +19,8 @@ import nbformat
 import papermill
 import pytest
 
-import build_notebooks as bn
 import lib
+from lib.notebooks import render
 from lib.runtime.platforms import PLATFORMS, storage
 from tests.notebook_run import ROOT, stream_text
 from tests.served_repo import ServedRepo, git
@@ -44,7 +44,7 @@ def render_probe(folder: Path, platform: str = "colab_t4") -> Path:
     src.parent.mkdir(parents=True)
     src.write_text(PROBE.replace("import lib\n", "import json\nimport lib\n"))
     notebook = folder / "probe.ipynb"
-    notebook.write_text(bn.render(src, PLATFORMS[platform], CFG))
+    notebook.write_text(render.render(src, PLATFORMS[platform], CFG))
     return notebook
 
 

@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 import build_notebooks as bn
+from lib.notebooks import edits, render
 from lib.runtime.platforms import PLATFORMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +21,7 @@ SOURCE = ROOT / "notebooks_src" / "fashion_mnist.py"
 
 
 def rendered(platform):
-    return nbformat.reads(bn.render(SOURCE, PLATFORMS[platform], CFG), as_version=4)
+    return nbformat.reads(render.render(SOURCE, PLATFORMS[platform], CFG), as_version=4)
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def test_kaggle_metadata_and_kernel_push_file():
     meta = rendered("kaggle_p100").metadata
     assert meta["kaggle"]["accelerator"] == "nvidiaTeslaP100"
     assert meta["kaggle"]["isInternetEnabled"] is True and "accelerator" not in meta
-    push = json.loads(bn.kernel_metadata("fashion_mnist", PLATFORMS["kaggle_p100"], CFG))
+    push = json.loads(render.kernel_metadata("fashion_mnist", PLATFORMS["kaggle_p100"], CFG))
     assert push["machine_shape"] == "NvidiaTeslaP100" and push["enable_gpu"] is True
     assert push["id"] == "someone/fashion-mnist-kaggle-p100"
     assert push["code_file"] == "../../fashion_mnist.ipynb"
@@ -57,7 +58,7 @@ def test_kaggle_metadata_and_kernel_push_file():
 @pytest.mark.parametrize("platform,shape,gpu", [
     ("kaggle_t4x2", "NvidiaTeslaT4", True), ("kaggle_tpu", "TpuV5E8", False)])
 def test_multi_device_kaggle_platforms(platform, shape, gpu):
-    push = json.loads(bn.kernel_metadata("fashion_mnist", PLATFORMS[platform], CFG))
+    push = json.loads(render.kernel_metadata("fashion_mnist", PLATFORMS[platform], CFG))
     assert push["machine_shape"] == shape
     assert (push["enable_gpu"], push["enable_tpu"]) == (gpu, not gpu)
     assert rendered(platform).metadata["kaggle"]["isGpuEnabled"] is gpu
@@ -65,23 +66,23 @@ def test_multi_device_kaggle_platforms(platform, shape, gpu):
 
 def test_local_notebook_has_no_hosted_metadata():
     meta = rendered("local").metadata
-    assert set(meta) == {"kernelspec", "language_info", bn.RECORD}
+    assert set(meta) == {"kernelspec", "language_info", edits.RECORD}
 
 
 def test_the_record_names_the_source_platform_and_every_cell_in_order():
     nb = rendered("colab_t4")
-    record = nb.metadata[bn.RECORD]
+    record = nb.metadata[edits.RECORD]
     assert record["source"] == "notebooks_src/fashion_mnist.py" and record["platform"] == "colab_t4"
-    assert record["cells"] == [f"{c.id} {bn.cell_hash(c)}" for c in nb.cells]
+    assert record["cells"] == [f"{c.id} {edits.cell_hash(c)}" for c in nb.cells]
     # what a user writes counts, what running it adds does not
     cell = next(c for c in nb.cells if c.metadata.get("tags") == ["parameters"])
     ran = nbformat.from_dict({**cell, "execution_count": 3, "metadata": {
         **cell.metadata, "scrolled": True}, "outputs": [nbformat.v4.new_output(
             "stream", text="1\n")]})
-    assert bn.cell_hash(ran) == bn.cell_hash(cell)
-    assert bn.cell_hash({**cell, "source": cell.source + "\n"}) == bn.cell_hash(cell)
-    assert bn.cell_hash({**cell, "source": cell.source + " "}) != bn.cell_hash(cell)
-    assert bn.cell_hash({**cell, "metadata": {"tags": []}}) != bn.cell_hash(cell)
+    assert edits.cell_hash(ran) == edits.cell_hash(cell)
+    assert edits.cell_hash({**cell, "source": cell.source + "\n"}) == edits.cell_hash(cell)
+    assert edits.cell_hash({**cell, "source": cell.source + " "}) != edits.cell_hash(cell)
+    assert edits.cell_hash({**cell, "metadata": {"tags": []}}) != edits.cell_hash(cell)
 
 
 @pytest.mark.parametrize("platform", sorted(PLATFORMS))
@@ -127,7 +128,7 @@ def test_badges_point_at_the_configured_fork():
     kaggle = rendered("kaggle_p100").cells[0].source
     assert ("https://kaggle.com/kernels/welcome?src=https://github.com/someone/fork/blob/dev/"
             "notebooks/kaggle_p100/fashion_mnist.ipynb") in kaggle
-    table = bn.badge_table(["fashion_mnist"], CFG)
+    table = render.badge_table(["fashion_mnist"], CFG)
     runtimes = [p.runtime for p in PLATFORMS.values()]
     assert table.count("colab-badge.svg") == runtimes.count("colab")
     assert table.count("open-in-kaggle.svg") == runtimes.count("kaggle") >= 3
@@ -152,7 +153,7 @@ def test_the_other_clouds_badges_open_the_fork():
             "paperspace_gpu/fashion_mnist.ipynb)") in gradient
     paid = rendered("sagemaker_gpu").cells[0].source
     assert paid.startswith("[SageMaker Studio / notebook instance](notebooks/sagemaker_gpu/")
-    table = bn.badge_table(["fashion_mnist"], CFG)
+    table = render.badge_table(["fashion_mnist"], CFG)
     assert table.count("studiolab.svg") == table.count("gradient-badge.svg") == 1
 
 
@@ -170,14 +171,14 @@ def test_lightning_and_modal_badges_open_the_fork():
         "notebooks/new/https://github.com/someone/fork/blob/dev/notebooks/modal/"
         "fashion_mnist.ipynb)")
     for platform in ("lightning_studio", "modal"):
-        assert set(rendered(platform).metadata) == {"kernelspec", "language_info", bn.RECORD}
-    table = bn.badge_table(["fashion_mnist"], CFG)
+        assert set(rendered(platform).metadata) == {"kernelspec", "language_info", edits.RECORD}
+    table = render.badge_table(["fashion_mnist"], CFG)
     assert table.count("studio-badge.svg") == table.count("open-in-modal.svg") == 1
 
 
 def test_rendering_is_byte_stable():
     for platform in PLATFORMS.values():
-        assert bn.render(SOURCE, platform, CFG) == bn.render(SOURCE, platform, CFG)
+        assert render.render(SOURCE, platform, CFG) == render.render(SOURCE, platform, CFG)
 
 
 def test_check_is_clean_on_the_committed_tree():
@@ -220,7 +221,7 @@ def test_a_source_without_platform_parameter_is_refused(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("# %% tags=[\"parameters\"]\nEPOCHS = 1\n")
     with pytest.raises(SystemExit, match="PLATFORM = ..."):
-        bn.render(bad, PLATFORMS["colab_t4"], CFG)
+        render.render(bad, PLATFORMS["colab_t4"], CFG)
 
 
 def test_platforms_as_tested_is_the_image_manifest(project):
@@ -231,11 +232,11 @@ def test_platforms_as_tested_is_the_image_manifest(project):
     manifest = project / "images.toml"
     manifest.write_text(manifest.read_text().replace('torch_xla = "2.8.0"', 'torch_xla = "2.8.1"'))
     assert bn.stale_files(project) == ["README.md: stale"]
-    assert "torch_xla 2.8.1; TPU v5e-8" in bn.images_table(manifest)
+    assert "torch_xla 2.8.1; TPU v5e-8" in render.images_table(manifest)
 
 
 def test_the_retired_p100_is_said_beside_its_badge_and_in_its_notebook():
-    head = bn.badge_table(["fashion_mnist"], CFG).splitlines()[0]
+    head = render.badge_table(["fashion_mnist"], CFG).splitlines()[0]
     assert "| Kaggle P100 (retired on Kaggle: runs on a T4) |" in head
     assert "Tesla P100; retired on Kaggle: runs on a T4" in rendered("kaggle_p100").cells[0].source
     assert "retired" not in rendered("kaggle_t4x2").cells[0].source

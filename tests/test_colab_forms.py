@@ -16,7 +16,7 @@ import papermill.iorw
 import papermill.parameterize
 import pytest
 
-import build_notebooks as bn
+from lib.notebooks import carry_back, render
 from lib.runtime.platforms import PLATFORMS
 from tests.test_builder import CFG, ROOT
 
@@ -40,7 +40,7 @@ def source_cell(workload):
 
 
 def rendered(workload, platform):
-    text = bn.render(ROOT / "notebooks_src" / f"{workload}.py", PLATFORMS[platform], CFG)
+    text = render.render(ROOT / "notebooks_src" / f"{workload}.py", PLATFORMS[platform], CFG)
     return nbformat.reads(text, as_version=4)
 
 
@@ -112,7 +112,7 @@ def test_papermill_still_overrides_the_form(workload, tmp_path):
     the form and wins; the form keeps its tag and stays first (`train-anywhere run -p` runs
     papermill too)."""
     path = tmp_path / f"{workload}.ipynb"
-    path.write_text(bn.render(ROOT / "notebooks_src" / f"{workload}.py", PLATFORMS["colab_t4"],
+    path.write_text(render.render(ROOT / "notebooks_src" / f"{workload}.py", PLATFORMS["colab_t4"],
                               CFG))
     nb = papermill.iorw.load_notebook_node(str(path))
     done = papermill.parameterize.parameterize_notebook(
@@ -142,8 +142,8 @@ def test_the_form_taken_out_again_is_the_plain_cell(workload):
     form = params_cell(rendered(workload, "colab_t4")).source
     plain = params_cell(rendered(workload, "local")).source.replace(
         'PLATFORM = "local"', 'PLATFORM = "colab_t4"')
-    assert "@param" in form and bn.plain_parameters(form) == plain
-    assert bn.plain_parameters(plain) == plain
+    assert "@param" in form and render.plain_parameters(form) == plain
+    assert render.plain_parameters(plain) == plain
 
 
 def test_a_value_set_in_colabs_form_carries_back_as_a_plain_line():
@@ -156,7 +156,7 @@ def test_a_value_set_in_colabs_form_carries_back_as_a_plain_line():
     cell.source = cell.source.replace('EPOCHS = 14  # @param {type:"integer"}',
                                       'EPOCHS = 3  # @param {type:"integer"}')
     src = ROOT / "notebooks_src" / "fashion_mnist.py"
-    source, carried, problems = bn.carry_plan(nb, src, PLATFORMS["colab_t4"], CFG,
+    source, carried, problems = carry_back.carry_plan(nb, src, PLATFORMS["colab_t4"], CFG,
                                               Path("notebooks_src/fashion_mnist.py"))
     assert problems == [] and len(carried) == 1
     (new,) = [c for c in source.cells if "parameters" in c.metadata.get("tags", [])]

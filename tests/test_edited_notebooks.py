@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 import build_notebooks as bn
+from lib.notebooks import edits, render
 from lib.runtime.platforms import PLATFORMS
 from tests.user_repo import ROOT, copy_repository, git, run, snapshot, user_env
 
@@ -139,7 +140,7 @@ def test_carry_back_writes_the_edits_into_the_source_and_every_platform(user, ca
                     "+EPOCHS = 30  # passes over the training set"]
     for name in PLATFORMS:
         path = user / "notebooks" / name / "fashion_mnist.ipynb"
-        params = bn.plain_parameters(cell_of(path, "EPOCHS = ").source)  # Colab's: a form
+        params = render.plain_parameters(cell_of(path, "EPOCHS = ").source)  # Colab's: a form
         assert "EPOCHS = 30  # passes" in params and f'PLATFORM = "{name}"' in params, name
         assert cell_of(path, TITLE).source.startswith(f"{TITLE}, thirty epochs"), name
     # the notebook carried from holds the user's outputs and its cells are current: left as is
@@ -186,7 +187,7 @@ def test_a_run_whose_cells_are_out_of_date_is_rendered_and_the_run_kept(user, ca
         assert f"wrote {LOCAL} (your executed notebook kept as {rel})" in capsys.readouterr().out
         assert (user / rel).read_bytes() == saved
         assert f"SEED = {n + 2} " in cell_of(notebook, "SEED = ").source
-        assert not bn.has_outputs(nbformat.read(notebook, as_version=4))
+        assert not edits.has_outputs(nbformat.read(notebook, as_version=4))
     assert bn.stale_files(user) == []
 
 
@@ -272,9 +273,9 @@ def test_a_notebook_rendered_before_records_is_judged_by_the_previous_renderers_
                                                                                       capsys):
     """No record: the notebook is compared with what the renderer before records wrote. As
     it wrote it: rendered (with a record now). Edited: kept, and it carries back."""
-    notebook, cfg = user / LOCAL, bn.settings(user / "pyproject.toml")
-    old = bn.render(user / SOURCE, PLATFORMS["local"], cfg, legacy=True)
-    assert bn.RECORD not in old and "the next build overwrites it" in old
+    notebook, cfg = user / LOCAL, render.settings(user / "pyproject.toml")
+    old = render.render(user / SOURCE, PLATFORMS["local"], cfg, legacy=True)
+    assert edits.RECORD not in old and "the next build overwrites it" in old
     notebook.write_text(old)
     assert bn.main([], root=user) == 0
     assert capsys.readouterr().out == f"wrote {LOCAL}\n" and bn.stale_files(user) == []
@@ -331,7 +332,7 @@ def test_the_pre_commit_hook_is_the_renderers_check_and_stops_a_commit_with_outp
     config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
     (hook,) = [h for repo in config["repos"] for h in repo["hooks"]]
     assert hook["language"] == "system" and hook["pass_filenames"] is False
-    for path in (LOCAL, SOURCE, "build_notebooks.py", "lib/platforms.py", "pyproject.toml"):
+    for path in (LOCAL, SOURCE, "build_notebooks.py", "lib/runtime/platforms.py", "pyproject.toml"):
         assert re.search(hook["files"], path), path
     assert not re.search(hook["files"], "tests/test_builder.py")
     entry = shlex.split(hook["entry"])

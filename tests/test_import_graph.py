@@ -115,6 +115,7 @@ LAYERS: dict[str, set[str]] = {
                   "plots", "session", "launch"},
     "bootstrap": {"base", "runtime"},  # found by path before anything is installed
     "cli": {"base", "runs", "runtime", "plots", "workloads"},
+    "notebooks": {"runtime", "workloads"},  # the renderer: notebooks/ from notebooks_src/
     "__main__": {"cli"},
     "lib": set(),
 }
@@ -123,8 +124,9 @@ FORBIDDEN: dict[str, set[str]] = {
     "cli": {"lib.runtime.device", "lib.runtime.xla", "lib.runtime.distributed",
             "lib.runtime.compile", "lib.session", "lib.launch", "lib.training.loop"},
 }
-# Within a part: only `lib.workloads`' contract (its __init__) for the command line.
-ONLY_PACKAGE = {("cli", "workloads")}
+# Within a part: only `lib.workloads`' contract (its __init__) for the command line and
+# the renderer.
+ONLY_PACKAGE = {("cli", "workloads"), ("notebooks", "workloads")}
 
 
 def part(name: str) -> str:
