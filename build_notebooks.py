@@ -40,7 +40,7 @@ except ImportError:  # run with a bare python: use the project's environment if 
 
 from lib.notebooks.carry_back import carry_back  # noqa: E402
 from lib.notebooks.edits import COPY, keep_copy, notebook_state  # noqa: E402
-from lib.notebooks.render import expected_files, render, settings  # noqa: E402
+from lib.notebooks.render import expected_files, json_object, render, settings  # noqa: E402
 from lib.runtime.platforms import PLATFORMS  # noqa: E402
 
 
@@ -54,6 +54,8 @@ def file_states(root: Path, cfg: dict, expected: dict[Path, str]) -> dict[Path, 
             src, platform = root / "notebooks_src" / f"{path.stem}.py", PLATFORMS[path.parent.name]
             states[path] = notebook_state(path, text, lambda s=src, p=platform: render(
                 s, p, cfg, legacy=True))
+        elif path.suffix == ".json" and json_object(path) is None:  # kaggle could not read it
+            states[path] = ("unreadable", ["not a JSON object (what `kaggle kernels push` reads)"])
         else:
             states[path] = ("current" if path.read_text() == text else "stale", [])
     return states
@@ -78,8 +80,8 @@ def stale_files(root: Path = ROOT) -> list[str]:
                             f"build_notebooks.py --carry-back {rel}` carries the edits to the "
                             f"source, `--force {rel}` keeps a copy and renders it afresh")
         elif state == "unreadable":
-            problems.append(f"{rel}: {found[0]}: `python build_notebooks.py --force {rel}` "
-                            "keeps it as a copy beside it and renders it afresh")
+            problems.append(f"{rel}: {found[0]}: fix it, or `python build_notebooks.py --force "
+                            f"{rel}` keeps it as a copy beside it and renders it afresh")
     generated = set(expected)
     for p in sorted((root / "notebooks").rglob("*")):
         if p.is_file() and p.suffix in (".ipynb", ".json") and p not in generated \
@@ -106,19 +108,25 @@ def build(root: Path = ROOT, force: list[Path] | None = None) -> int:
         if path.resolve() not in expected:
             raise SystemExit(f"--force {path}: not a notebook this build renders; expected "
                              "notebooks/<platform>/<workload>.ipynb of a source in "
-                             "notebooks_src/")
-    kept, left = [], []
-    for path, (state, _) in file_states(root, cfg, expected).items():
+                             "notebooks_src/ (or a Kaggle notebook's kernel-metadata.json)")
+    kept, left, broken = [], [], []
+    for path, (state, found) in file_states(root, cfg, expected).items():
         rel, forced = path.relative_to(root), force is not None and (not force or path in wanted)
         if state == "current":
             continue
         if state in ("edited", "unreadable", "executed") and not forced:
-            (left if state == "executed" else kept).append(rel)
+            if path.suffix == ".json":
+                broken.append(f"kept {rel} as it is: {found[0]}; fix it, or `python "
+                              f"build_notebooks.py --force {rel}` keeps it as a copy beside it "
+                              "and writes it afresh")
+            else:
+                (left if state == "executed" else kept).append(rel)
             continue
         note = ""
-        if state not in ("missing", "stale"):  # the user's notebook first, beside it
+        if state not in ("missing", "stale"):  # the user's file first, beside it
             kind = "executed" if state.startswith("executed") else "edited"
-            note = f" (your {kind} notebook kept as {keep_copy(path, kind).relative_to(root)})"
+            what = "file" if path.suffix == ".json" else f"{kind} notebook"
+            note = f" (your {what} kept as {keep_copy(path, kind).relative_to(root)})"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(expected[path])
         print(f"wrote {rel}{note}")
@@ -128,6 +136,8 @@ def build(root: Path = ROOT, force: list[Path] | None = None) -> int:
               f"build_notebooks.py --carry-back {one}` carries the edits to the source and "
               f"renders every platform from it; `python build_notebooks.py --force {one}` keeps "
               "a copy beside it and renders it afresh")
+    for line in broken:
+        print(line)
     if left:
         names, one = _one_or_all(left)
         print(f"left {len(left)} notebook(s) run in place as they are (their cells are current: "

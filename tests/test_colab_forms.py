@@ -1,4 +1,4 @@
-"""The Colab notebooks' parameters as a Colab form (build_notebooks.py `colab_form`): a
+"""The Colab notebooks' parameters as a Colab form (lib/notebooks/render.py `colab_form`): a
 `# @title` line, one valid `# @param` annotation per parameter (a drop-down for a closed list),
 each parameter's explanation kept, the cell shown as its form (cellView "form"); the values
 are the source's, and papermill's injected cell still overrides them. Every other platform's
@@ -137,7 +137,7 @@ def test_every_other_platform_keeps_the_plain_cell(platform):
 
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_the_form_taken_out_again_is_the_plain_cell(workload):
-    """build_notebooks.plain_parameters undoes colab_form: what carry-back writes to the
+    """lib.notebooks.render.plain_parameters undoes colab_form: what carry-back writes to the
     source from a Colab notebook is the plain cell, each explanation its line's comment."""
     form = params_cell(rendered(workload, "colab_t4")).source
     plain = params_cell(rendered(workload, "local")).source.replace(

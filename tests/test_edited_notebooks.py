@@ -7,6 +7,7 @@ starts: JupyterLab's save is written with nbformat, as JupyterLab writes it."""
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import shlex
@@ -295,6 +296,55 @@ def test_a_notebook_nbformat_cannot_read_is_kept_and_named(user):
     (line,) = lines_naming("\n".join(bn.stale_files(user)), LOCAL)
     assert line.startswith(f"{LOCAL}: not a notebook nbformat can read: ")
     assert f"`python build_notebooks.py --force {LOCAL}`" in line
+
+
+KERNEL = "notebooks/kaggle_t4x2/kernels/fashion_mnist/kernel-metadata.json"
+
+
+def test_a_kaggle_users_own_keys_in_kernel_metadata_survive_every_build(user, capsys):
+    """A Kaggle user attaches a dataset and publishes (dataset_sources, is_private, a key the
+    build never writes) in the kernel-metadata.json `kaggle kernels push` reads, saved in
+    their editor's own layout. Builds keep those values; a new Kaggle user in pyproject.toml
+    changes only the build's keys (id, linked to title); then the build is byte-stable."""
+    path = user / KERNEL
+    meta = json.loads(path.read_text())
+    mine = {"dataset_sources": ["me/my-images"], "is_private": False, "keywords": ["gpu"]}
+    path.write_text(json.dumps({**meta, **mine}))  # one line: not how the build writes it
+    pyproject = user / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(
+        'repository = "train-anywhere/train-anywhere"', 'repository = "someone/fork"'))
+    assert bn.main([], root=user) == 0
+    assert f"wrote {KERNEL}" in capsys.readouterr().out.splitlines()
+    now = json.loads(path.read_text())
+    assert {k: now[k] for k in mine} == mine
+    assert now["id"] == "someone/fashion-mnist-kaggle-t4x2" != meta["id"]
+    assert {k: v for k, v in now.items() if k not in mine and k != "id"} == {
+        k: v for k, v in meta.items() if k not in mine and k != "id"}
+    written = path.read_bytes()
+    assert bn.main([], root=user) == 0 and path.read_bytes() == written
+    assert bn.stale_files(user) == [] and "wrote" not in capsys.readouterr().out
+
+
+def test_a_kernel_metadata_that_is_not_json_is_kept_named_and_copied_on_force(user, capsys):
+    path = user / KERNEL
+    path.write_text(path.read_text().replace('"dataset_sources": []',
+                                             '"dataset_sources": ["me/a",]'))  # a stray comma
+    saved = path.read_bytes()
+    assert bn.main([], root=user) == 0 and path.read_bytes() == saved
+    (kept,) = lines_naming(capsys.readouterr().out, KERNEL)
+    assert kept.startswith(f"kept {KERNEL} as it is: not a JSON object (what `kaggle kernels "
+                           "push` reads); fix it, or "), kept
+    (line,) = lines_naming("\n".join(bn.stale_files(user)), KERNEL)
+    assert line.startswith(f"{KERNEL}: not a JSON object (what `kaggle kernels push` reads): "
+                           "fix it, or "), line
+    (force,) = commands_in(line)
+    assert force == ["python", "build_notebooks.py", "--force", KERNEL]
+    done = run(user, *force)
+    copy = KERNEL.replace("kernel-metadata.json", "kernel-metadata.edited.json")
+    assert done.stdout.splitlines() == [f"wrote {KERNEL} (your file kept as {copy})"]
+    assert (user / copy).read_bytes() == saved and json.loads(path.read_text())["id"]
+    assert bn.stale_files(user) == []  # the copy is no stray file
+    assert git(user, "status", "--porcelain") == ""  # nor one for git
 
 
 @pytest.mark.parametrize("argv,said", [

@@ -22,7 +22,7 @@ import nbformat
 # Notebook metadata: what the build wrote (source, platform, "id hash" of each cell in order),
 # to tell a user's edit from its own.
 RECORD = "train_anywhere"
-COPY = re.compile(r"^\w+\.(edited|executed)(-\d+)?\.ipynb$")  # the copies a build keeps
+COPY = re.compile(r"^[\w-]+\.(edited|executed)(-\d+)?\.(ipynb|json)$")  # copies a build keeps
 
 # A rendered notebook records, per cell, a hash of what a user writes in it. A build rewrites a
 # notebook only when its cells are the ones a build wrote: an edit is kept (and carried back to
@@ -100,11 +100,12 @@ def notebook_state(path: Path, expected: str, legacy: Callable[[], str]) -> tupl
 
 
 def keep_copy(path: Path, kind: str) -> Path:
-    """`path` copied beside it as NAME.<kind>.ipynb (NAME.<kind>-2.ipynb, ... when taken)."""
+    """`path` copied beside it as NAME.<kind>.ipynb (NAME.<kind>-2.ipynb, ... when taken; a
+    .json file's copy ends in .json)."""
     name, n = path.name.split(".")[0], 1
-    dest = path.with_name(f"{name}.{kind}.ipynb")
+    dest = path.with_name(f"{name}.{kind}{path.suffix}")
     while dest.exists():
         n += 1
-        dest = path.with_name(f"{name}.{kind}-{n}.ipynb")
+        dest = path.with_name(f"{name}.{kind}-{n}{path.suffix}")
     shutil.copy2(path, dest)
     return dest

@@ -317,8 +317,20 @@ def render(source: Path, platform: Platform, cfg: dict, legacy: bool = False) ->
     return nbformat.writes(out, version=4) + "\n"
 
 
-def kernel_metadata(workload: str, platform: Platform, cfg: dict) -> str:
-    """kernel-metadata.json for `kaggle kernels push -p notebooks/<p>/kernels/<workload>`."""
+# kernel-metadata.json's keys (Kaggle/kaggle-cli docs/kernels_metadata.md) that follow from the
+# project and the platform: the build writes them. The others are the user's (a dataset
+# attached in dataset_sources, is_private false to publish, enable_internet, id_no, ...): a
+# build keeps them as the file has them and writes its defaults only into a new file. `title`
+# and `id` are the build's together: Kaggle links a kernel's slug to its title.
+KERNEL_KEYS = ("id", "title", "code_file", "language", "kernel_type", "enable_gpu", "enable_tpu",
+               "machine_shape")
+
+
+def kernel_metadata(workload: str, platform: Platform, cfg: dict,
+                    current: dict | None = None) -> str:
+    """kernel-metadata.json for `kaggle kernels push -p notebooks/<p>/kernels/<workload>`:
+    the build's keys (KERNEL_KEYS) as the project has them, the user's from `current` (the
+    file as it is) where it has them."""
     slug = f"{workload.replace('_', '-')}-{platform.name.replace('_', '-')}"
     meta = {
         "id": f"{cfg['kaggle_user']}/{slug}", "title": slug,
@@ -328,7 +340,17 @@ def kernel_metadata(workload: str, platform: Platform, cfg: dict) -> str:
         "machine_shape": KAGGLE_SHAPES[platform.name][0], "dataset_sources": [],
         "competition_sources": [], "kernel_sources": [], "model_sources": [],
     }
+    meta.update((k, v) for k, v in (current or {}).items() if k not in KERNEL_KEYS)
     return json.dumps(meta, indent=2) + "\n"
+
+
+def json_object(path: Path) -> dict | None:
+    """The JSON object in the file at `path`; None when there is none, or it is no object."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 # the badge table's columns: hosted ones first
@@ -404,7 +426,7 @@ def expected_files(root: Path = ROOT, cfg: dict | None = None) -> dict[Path, str
             files[root / "notebooks" / p.name / f"{src.stem}.ipynb"] = render(src, p, cfg)
             if p.runtime == "kaggle":
                 path = root / "notebooks" / p.name / "kernels" / src.stem / "kernel-metadata.json"
-                files[path] = kernel_metadata(src.stem, p, cfg)
+                files[path] = kernel_metadata(src.stem, p, cfg, json_object(path))
     readme = root / "README.md"
     text = with_badges(readme.read_text(), badge_table([s.stem for s in sources], cfg))
     files[readme] = _between(text, IMAGES, images_table(root / "images.toml"),
