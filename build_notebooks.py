@@ -38,9 +38,10 @@ except ImportError:  # run with a bare python: use the project's environment if 
     raise SystemExit("build_notebooks.py needs jupytext and nbformat: run `make install` "
                      "(or `pip install jupytext nbformat`).") from None
 
-from lib.notebooks.carry_back import carry_back  # noqa: E402
+from lib.notebooks.badges import settings  # noqa: E402
 from lib.notebooks.edits import COPY, keep_copy, notebook_state  # noqa: E402
-from lib.notebooks.render import expected_files, json_object, render, settings  # noqa: E402
+from lib.notebooks.render import expected_files, json_object, render  # noqa: E402
+from lib.notebooks.to_source import carry_back  # noqa: E402
 from lib.runtime.platforms import PLATFORMS  # noqa: E402
 
 

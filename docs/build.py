@@ -7,7 +7,7 @@
 2. Stage docs/ into docs/_build/src with the generated pages: the gallery (a card per workload,
    its thumbnail the executed notebook's own first figure), one page per workload (that
    notebook as executed, under a banner saying so, below a platform switcher whose tabs come
-   from lib/runtime/platforms.py and lib/notebooks/render.py's badges), one page per platform,
+   from lib/runtime/platforms.py and lib/notebooks/badges.py), one page per platform,
    BENCHMARKS.
 3. sphinx-build -W (warnings are errors).
 
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 import nbformat  # noqa: E402
 
 from lib import workloads as contract  # noqa: E402
-from lib.notebooks import render  # noqa: E402
+from lib.notebooks import badges, render  # noqa: E402
 from lib.runtime import platforms as plat  # noqa: E402
 
 DOCS = ROOT / "docs"
@@ -50,7 +50,7 @@ SMOKE_PARAMETERS = {"SMOKE": True, "SAMPLE_DATA": True, "EPOCHS": 2}
 SYNC_GROUP = "platform"  # sphinx-design keeps the chosen tab of this group from page to page
 # Each badge's colours (background, text) for the site's own copy of it: the site loads no
 # image from another host, so the badge image is drawn here; its words and link come from
-# lib.notebooks.render.badge_parts, like every other badge.
+# lib.notebooks.badges.badge_parts, like every other badge.
 BADGE_COLOURS = {"colab": ("#f9ab00", "#1f1f1f"), "kaggle": ("#20beff", "#0b1f2a"),
                  "studiolab": ("#ff9900", "#1f1f1f"), "paperspace": ("#1f1f1f", "#ffffff"),
                  "lightning": ("#792ee5", "#ffffff"), "modal": ("#7fee64", "#1f1f1f")}
@@ -110,7 +110,7 @@ def build_facts() -> dict:
         cpu = next(line.split(":", 1)[1].strip() for line in
                    Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
     return {"commit": commit, "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "cpu": f"{cpu}, {os.cpu_count()} cores", **render.settings()}
+            "cpu": f"{cpu}, {os.cpu_count()} cores", **badges.settings()}
 
 
 def badge_svg(verb: str, background: str, colour: str) -> str:
@@ -185,7 +185,7 @@ def storage_variants(p: plat.Platform, workload: str):
 
 def badge_markdown(p: plat.Platform, workload: str, cfg: dict, depth: str) -> str:
     path = f"notebooks/{p.name}/{workload}.ipynb"
-    parts = render.badge_parts(p, cfg, path)
+    parts = badges.badge_parts(p, cfg, path)
     if parts is None:
         return (f"No open badge: this notebook is opened from a clone of the repository "
                 f"([how]({depth}platforms/{p.name}.md)).")
@@ -222,7 +222,7 @@ def banner(facts: dict) -> str:
 
 
 def ordered_platforms() -> list[plat.Platform]:
-    order = render.BADGE_ORDER
+    order = badges.BADGE_ORDER
     return sorted(plat.PLATFORMS.values(),
                   key=lambda p: order.index(p.runtime) if p.runtime in order else len(order))
 
@@ -296,7 +296,7 @@ def platform_page(p: plat.Platform, cfg: dict) -> str:
         lines += ["", notes.read_text().strip()]
     lines += ["", "## The notebooks", ""]
     for w in contract.names():
-        has_badge = render.badge_parts(p, cfg, "x") is not None
+        has_badge = badges.badge_parts(p, cfg, "x") is not None
         opened = f"{badge_markdown(p, w, cfg, '../')} " if has_badge else ""
         lines.append(f"- `{w}`: {opened}"
                      f"{{download}}`{w}.ipynb <../notebooks/{p.name}/{w}.ipynb>`")
@@ -365,13 +365,13 @@ def stage(facts: dict) -> None:
     shutil.copytree(ROOT / "notebooks", SRC / "notebooks",
                     ignore=shutil.ignore_patterns("kernels", ".ipynb_checkpoints"))
     shutil.copytree(ROOT / "bench" / "figures", SRC / "bench" / "figures")
-    badges = SRC / "_static" / "badges"
-    badges.mkdir(parents=True, exist_ok=True)
+    images = SRC / "_static" / "badges"
+    images.mkdir(parents=True, exist_ok=True)
     for p in plat.PLATFORMS.values():
-        parts = render.badge_parts(p, facts, f"notebooks/{p.name}/x.ipynb")
+        parts = badges.badge_parts(p, facts, f"notebooks/{p.name}/x.ipynb")
         if parts:
             colours = BADGE_COLOURS.get(p.runtime, ("#444444", "#ffffff"))
-            (badges / f"{p.runtime}.svg").write_text(badge_svg(parts[0], *colours))
+            (images / f"{p.runtime}.svg").write_text(badge_svg(parts[0], *colours))
     cards = {}
     (SRC / "workloads").mkdir()
     for w in contract.names():

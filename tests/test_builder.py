@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 import build_notebooks as bn
-from lib.notebooks import edits, render
+from lib.notebooks import badges, edits, render
 from lib.runtime.platforms import PLATFORMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,7 +128,7 @@ def test_badges_point_at_the_configured_fork():
     kaggle = rendered("kaggle_p100").cells[0].source
     assert ("https://kaggle.com/kernels/welcome?src=https://github.com/someone/fork/blob/dev/"
             "notebooks/kaggle_p100/fashion_mnist.ipynb") in kaggle
-    table = render.badge_table(["fashion_mnist"], CFG)
+    table = badges.badge_table(["fashion_mnist"], CFG)
     runtimes = [p.runtime for p in PLATFORMS.values()]
     assert table.count("colab-badge.svg") == runtimes.count("colab")
     assert table.count("open-in-kaggle.svg") == runtimes.count("kaggle") >= 3
@@ -153,7 +153,7 @@ def test_the_other_clouds_badges_open_the_fork():
             "paperspace_gpu/fashion_mnist.ipynb)") in gradient
     paid = rendered("sagemaker_gpu").cells[0].source
     assert paid.startswith("[SageMaker Studio / notebook instance](notebooks/sagemaker_gpu/")
-    table = render.badge_table(["fashion_mnist"], CFG)
+    table = badges.badge_table(["fashion_mnist"], CFG)
     assert table.count("studiolab.svg") == table.count("gradient-badge.svg") == 1
 
 
@@ -172,7 +172,7 @@ def test_lightning_and_modal_badges_open_the_fork():
         "fashion_mnist.ipynb)")
     for platform in ("lightning_studio", "modal"):
         assert set(rendered(platform).metadata) == {"kernelspec", "language_info", edits.RECORD}
-    table = render.badge_table(["fashion_mnist"], CFG)
+    table = badges.badge_table(["fashion_mnist"], CFG)
     assert table.count("studio-badge.svg") == table.count("open-in-modal.svg") == 1
 
 
@@ -236,7 +236,7 @@ def test_platforms_as_tested_is_the_image_manifest(project):
 
 
 def test_the_retired_p100_is_said_beside_its_badge_and_in_its_notebook():
-    head = render.badge_table(["fashion_mnist"], CFG).splitlines()[0]
+    head = badges.badge_table(["fashion_mnist"], CFG).splitlines()[0]
     assert "| Kaggle P100 (retired on Kaggle: runs on a T4) |" in head
     assert "Tesla P100; retired on Kaggle: runs on a T4" in rendered("kaggle_p100").cells[0].source
     assert "retired" not in rendered("kaggle_t4x2").cells[0].source

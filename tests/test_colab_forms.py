@@ -16,7 +16,7 @@ import papermill.iorw
 import papermill.parameterize
 import pytest
 
-from lib.notebooks import carry_back, render
+from lib.notebooks import render, to_source
 from lib.runtime.platforms import PLATFORMS
 from tests.test_builder import CFG, ROOT
 
@@ -156,7 +156,7 @@ def test_a_value_set_in_colabs_form_carries_back_as_a_plain_line():
     cell.source = cell.source.replace('EPOCHS = 14  # @param {type:"integer"}',
                                       'EPOCHS = 3  # @param {type:"integer"}')
     src = ROOT / "notebooks_src" / "fashion_mnist.py"
-    source, carried, problems = carry_back.carry_plan(nb, src, PLATFORMS["colab_t4"], CFG,
+    source, carried, problems = to_source.carry_plan(nb, src, PLATFORMS["colab_t4"], CFG,
                                               Path("notebooks_src/fashion_mnist.py"))
     assert problems == [] and len(carried) == 1
     (new,) = [c for c in source.cells if "parameters" in c.metadata.get("tags", [])]

@@ -26,7 +26,7 @@ import nbformat
 import pytest
 
 from lib import workloads as contract
-from lib.notebooks import render
+from lib.notebooks import badges
 from lib.runtime.platforms import PLATFORMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +38,7 @@ LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", 
                "--disable-background-networking", "--disable-component-update",
                "--disable-sync"]
 WORKLOADS = contract.names()
-CFG = render.settings()
+CFG = badges.settings()
 SEARCH_WORD = "Adadelta"  # in the Fashion-MNIST notebook's introduction and code
 pytestmark = pytest.mark.notebook  # the build runs every workload's notebook
 
@@ -128,7 +128,7 @@ def check_badge(link: str, platform: str | None = None, workload: str | None = N
     repository, branch, p, w = found.groups()
     assert (repository, branch) == (CFG["repository"], CFG["branch"]), link
     assert (ROOT / "notebooks" / p / f"{w}.ipynb").exists(), link
-    service = render.open_link(PLATFORMS[p], CFG, "x")
+    service = badges.open_link(PLATFORMS[p], CFG, "x")
     assert service and urlparse(link).hostname == urlparse(service).hostname, (link, p)
     assert platform in (None, p) and workload in (None, w), (link, platform, workload)
 
@@ -149,12 +149,12 @@ def test_every_badge_names_an_existing_notebook_for_its_platform_and_workload(si
         page = html(site, f"workloads/{w}.html")
         tabs = page.split('class="sd-tab-label"')[1:]
         assert [re.search(r'data-sync-id="(\w+)"', t).group(1) for t in tabs] == [
-            p.name for p in sorted(PLATFORMS.values(), key=lambda p: render.BADGE_ORDER.index(
-                p.runtime) if p.runtime in render.BADGE_ORDER else 99)]
+            p.name for p in sorted(PLATFORMS.values(), key=lambda p: badges.BADGE_ORDER.index(
+                p.runtime) if p.runtime in badges.BADGE_ORDER else 99)]
         for tab in tabs:
             p = re.search(r'data-sync-id="(\w+)"', tab).group(1)
             links = [m.group(0) for m in OPEN_LINK.finditer(unquote(tab.replace("&amp;", "&")))]
-            has_badge = render.badge_parts(PLATFORMS[p], CFG, "x") is not None
+            has_badge = badges.badge_parts(PLATFORMS[p], CFG, "x") is not None
             assert len(links) == has_badge, (w, p, links)
             for link in links:
                 check_badge(link, p, w)

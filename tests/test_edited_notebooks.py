@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 import build_notebooks as bn
-from lib.notebooks import edits, render
+from lib.notebooks import badges, edits, render
 from lib.runtime.platforms import PLATFORMS
 from tests.user_repo import ROOT, copy_repository, git, run, snapshot, user_env
 
@@ -274,7 +274,7 @@ def test_a_notebook_rendered_before_records_is_judged_by_the_previous_renderers_
                                                                                       capsys):
     """No record: the notebook is compared with what the renderer before records wrote. As
     it wrote it: rendered (with a record now). Edited: kept, and it carries back."""
-    notebook, cfg = user / LOCAL, render.settings(user / "pyproject.toml")
+    notebook, cfg = user / LOCAL, badges.settings(user / "pyproject.toml")
     old = render.render(user / SOURCE, PLATFORMS["local"], cfg, legacy=True)
     assert edits.RECORD not in old and "the next build overwrites it" in old
     notebook.write_text(old)

@@ -162,6 +162,15 @@ def graph_of(root: Path = ROOT) -> dict[str, set[str]]:
     return {name: imports(name, path, known) for name, path in known.items()}
 
 
+MAX_LINES = 400  # a module longer than this holds two concerns: split it by concern
+
+
+def test_no_module_of_lib_is_longer_than_the_ceiling():
+    long = {str(path.relative_to(ROOT)): n for path in sorted((ROOT / "lib").rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"over {MAX_LINES} lines (split each by concern): {long}"
+
+
 def test_every_part_of_lib_has_a_layer():
     assert {part(name) for name in modules()} <= set(LAYERS)
 

@@ -2,7 +2,7 @@
 
 A rendered notebook records, per cell, a hash of what a user writes in it (metadata RECORD). A
 build rewrites a notebook only when its cells are the ones a build wrote: an edit is kept (and
-carried back to the source on request, lib.notebooks.carry_back), and a run's outputs are never
+carried back to the source on request, lib.notebooks.to_source), and a run's outputs are never
 deleted without a copy kept beside them (`keep_copy`). Nothing here renders: the caller passes
 what the build would write now.
 """

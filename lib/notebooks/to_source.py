@@ -14,8 +14,9 @@ from typing import Any
 import jupytext
 import nbformat
 
+from lib.notebooks.badges import ROOT, settings
 from lib.notebooks.edits import RECORD, cell_hash, matched_cells, record_of
-from lib.notebooks.render import PLATFORM_LINE, ROOT, plain_parameters, render, settings
+from lib.notebooks.render import PLATFORM_LINE, plain_parameters, render
 from lib.runtime.platforms import PLATFORMS, Platform
 
 
