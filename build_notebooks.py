@@ -46,7 +46,8 @@ from lib.runtime.platforms import PLATFORMS  # noqa: E402
 
 
 def file_states(root: Path, cfg: dict, expected: dict[Path, str]) -> dict[Path, tuple]:
-    """notebook_state of every generated file (missing, current or stale for the others)."""
+    """notebook_state of every generated file; the others are missing, current or stale, or
+    unreadable (a kernel-metadata.json that is no JSON object)."""
     states = {}
     for path, text in expected.items():
         if not path.exists():
@@ -81,8 +82,7 @@ def stale_files(root: Path = ROOT) -> list[str]:
                             f"build_notebooks.py --carry-back {rel}` carries the edits to the "
                             f"source, `--force {rel}` keeps a copy and renders it afresh")
         elif state == "unreadable":
-            problems.append(f"{rel}: {found[0]}: fix it, or `python build_notebooks.py --force "
-                            f"{rel}` keeps it as a copy beside it and renders it afresh")
+            problems.append(f"{rel}: {found[0]}: {_fix_unreadable(rel)}")
     generated = set(expected)
     for p in sorted((root / "notebooks").rglob("*")):
         if p.is_file() and p.suffix in (".ipynb", ".json") and p not in generated \
@@ -90,6 +90,11 @@ def stale_files(root: Path = ROOT) -> list[str]:
                 and not COPY.match(p.name):  # Jupyter's autosaves, the copies a build kept
             problems.append(f"{p.relative_to(root)}: not generated from any source (remove it)")
     return problems
+
+
+def _fix_unreadable(rel: Path) -> str:
+    return (f"fix it, or `python build_notebooks.py --force {rel}` keeps it as a copy beside "
+            "it and renders it afresh")
 
 
 def _one_or_all(paths: list[Path]) -> tuple[str, str]:
@@ -116,10 +121,8 @@ def build(root: Path = ROOT, force: list[Path] | None = None) -> int:
         if state == "current":
             continue
         if state in ("edited", "unreadable", "executed") and not forced:
-            if path.suffix == ".json":
-                broken.append(f"kept {rel} as it is: {found[0]}; fix it, or `python "
-                              f"build_notebooks.py --force {rel}` keeps it as a copy beside it "
-                              "and writes it afresh")
+            if state == "unreadable":  # nothing to carry back: mend it, or keep it aside
+                broken.append(f"kept {rel} as it is: {found[0]}; {_fix_unreadable(rel)}")
             else:
                 (left if state == "executed" else kept).append(rel)
             continue
@@ -158,9 +161,10 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
                       help="write the cells edited in NOTEBOOK back into its source, then "
                            "render every platform from it")
     parser.add_argument("--force", nargs="*", type=Path, metavar="NOTEBOOK",
-                        help="render notebooks edited by hand or run in place too (these, or "
-                             "all), each kept first as a copy beside it (NAME.edited.ipynb, "
-                             "NAME.executed.ipynb)")
+                        help="render notebooks edited by hand, run in place or unreadable too "
+                             "(these, or all; a kernel-metadata.json Kaggle cannot read too), "
+                             "each kept first as a copy beside it (NAME.edited.ipynb, "
+                             "NAME.executed.ipynb, kernel-metadata.edited.json)")
     args = parser.parse_args(argv)
     if args.force is not None and (args.check or args.carry_back):
         parser.error("--force renders: use it without --check and --carry-back")

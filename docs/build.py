@@ -386,7 +386,7 @@ def stage(facts: dict) -> None:
         (SRC / "platforms" / f"{p.name}.md").write_text(platform_page(p, facts))
     (SRC / "benchmarks.md").write_text(benchmarks_page())
     versions = SRC / "guides" / "locked-versions.md"  # the hosted images' table, as README's
-    versions.write_text(render._between(
+    versions.write_text(render.replace_between(
         versions.read_text(), render.IMAGES,
         render.images_table(ROOT / "images.toml"), "table of hosted images"))
 

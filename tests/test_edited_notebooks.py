@@ -288,11 +288,14 @@ def test_a_notebook_rendered_before_records_is_judged_by_the_previous_renderers_
     assert "EPOCHS = 30  #" in (user / SOURCE).read_text()
 
 
-def test_a_notebook_nbformat_cannot_read_is_kept_and_named(user):
+def test_a_notebook_nbformat_cannot_read_is_kept_and_named(user, capsys):
     notebook = user / LOCAL
     notebook.write_text(notebook.read_text().replace('"cells": [', '<<<<<<< HEAD\n"cells": [', 1))
     saved = notebook.read_bytes()
     assert bn.main([], root=user) == 0 and notebook.read_bytes() == saved
+    (kept,) = lines_naming(capsys.readouterr().out, LOCAL)  # no carry-back: nothing to read
+    assert kept.startswith(f"kept {LOCAL} as it is: not a notebook nbformat can read: "), kept
+    assert commands_in(kept) == [["python", "build_notebooks.py", "--force", LOCAL]]
     (line,) = lines_naming("\n".join(bn.stale_files(user)), LOCAL)
     assert line.startswith(f"{LOCAL}: not a notebook nbformat can read: ")
     assert f"`python build_notebooks.py --force {LOCAL}`" in line

@@ -299,7 +299,7 @@ def images_table(manifest: Path) -> str:
     return "\n".join(rows)
 
 
-def _between(readme: str, markers: tuple[str, str], text: str, what: str) -> str:
+def replace_between(readme: str, markers: tuple[str, str], text: str, what: str) -> str:
     start, end = markers
     if start not in readme or end not in readme:
         raise SystemExit(f"README.md needs the markers {start} and {end} around the {what}")
@@ -309,7 +309,7 @@ def _between(readme: str, markers: tuple[str, str], text: str, what: str) -> str
 
 
 def with_badges(readme: str, table: str) -> str:
-    return _between(readme, BADGES, table, "badge table")
+    return replace_between(readme, BADGES, table, "badge table")
 
 
 def workload_sources(root: Path = ROOT) -> list[Path]:
@@ -341,6 +341,6 @@ def expected_files(root: Path = ROOT, cfg: dict | None = None) -> dict[Path, str
                 files[path] = kernel_metadata(src.stem, p, cfg, json_object(path))
     readme = root / "README.md"
     text = with_badges(readme.read_text(), badge_table([s.stem for s in sources], cfg))
-    files[readme] = _between(text, IMAGES, images_table(root / "images.toml"),
+    files[readme] = replace_between(text, IMAGES, images_table(root / "images.toml"),
                              "table of hosted images")
     return files
