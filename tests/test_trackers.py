@@ -235,9 +235,74 @@ def test_wandb_logs_offline_where_told_or_without_network_online_with_a_key(monk
         w.mode()
 
 
-def test_an_mlflow_uri_is_said_without_its_password():
-    assert trackers.redact("https://me:s3cret@mlflow.lab.org/") == "https://***@mlflow.lab.org/"
-    assert trackers.redact("sqlite:////runs/x/mlflow.db") == "sqlite:////runs/x/mlflow.db"
+TOKEN = "tok3n-Pl4nted"
+
+
+@pytest.mark.parametrize("uri, said", [
+    ("https://me:s3cret@mlflow.lab.org/", "https://***@mlflow.lab.org/"),
+    (f"https://me:{TOKEN}@mlflow.lab.org:5000/api", "https://***@mlflow.lab.org:5000/api"),
+    (f"https://me:p@ss/{TOKEN}@mlflow.lab.org/", "https://***@mlflow.lab.org/"),  # "@", "/"
+    (f"https://{TOKEN}@mlflow.lab.org", "https://***@mlflow.lab.org"),  # a token as the user
+    (f"https://mlflow.lab.org/?token={TOKEN}", "https://mlflow.lab.org/?token=***"),
+    (f"https://mlflow.lab.org/x?run=3&access_token={TOKEN}&page=2",
+     "https://mlflow.lab.org/x?run=3&access_token=***&page=2"),
+    (f"http://h:8080/?api_key={TOKEN}", "http://h:8080/?api_key=***"),
+    (f"http://h/?apiKey={TOKEN}&X-Amz-Signature={TOKEN}2",
+     "http://h/?apiKey=***&X-Amz-Signature=***"),
+    (f"https://acct.blob.core.windows.net/c?sv=2024&sig={TOKEN}", "https://acct.blob.core."
+     "windows.net/c?sv=2024&sig=***"),
+    (f"https://h/#access_token={TOKEN}&state=1", "https://h/#access_token=***&state=1"),
+    (f"postgresql://u:{TOKEN}@db:5432/mlflow?password={TOKEN}&sslmode=require",
+     "postgresql://***@db:5432/mlflow?password=***&sslmode=require"),
+    (f"databricks://profile?client_secret={TOKEN}", "databricks://profile?client_secret=***"),
+    ("sqlite:////runs/x/mlflow.db", "sqlite:////runs/x/mlflow.db"),
+    ("file:///runs/x@2/mlruns", "file:///runs/x@2/mlruns"),  # "@" in a path: no user
+    ("https://mlflow.lab.org/?experiment=7&page=2", "https://mlflow.lab.org/?experiment=7&page=2"),
+    # an error line quoting a URI, or a query string on its own
+    (f"ConnectionError: GET https://me:{TOKEN}@h/api?token={TOKEN} failed (timeout)",
+     "ConnectionError: GET https://***@h/api?token=*** failed (timeout)"),
+    (f"bad request: refresh_token={TOKEN}&grant=x", "bad request: refresh_token=***&grant=x"),
+])
+def test_a_tracking_uri_or_error_line_is_said_without_its_secret(uri, said):
+    assert trackers.redact(uri) == said
+    assert TOKEN not in trackers.redact(uri)
+
+
+def test_a_query_token_in_the_tracking_uri_reaches_neither_the_line_nor_trackers_json(
+        tmp_path, capsys, monkeypatch):
+    """A tracking URI with a token in its query: the line saying the server cannot be
+    reached, and trackers.json once a server answers (a stand-in client), hold no token."""
+    import types
+
+    import mlflow.tracking
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:9/?token={TOKEN}")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+    facts = {"workload": "toy", "run": "r", "from_epoch": 1, "session": 1, "experiment": {},
+             "platforms": ["local"]}
+    trackers.Trackers(["mlflow"], tmp_path, say=print).start([], facts)
+    said = capsys.readouterr().out
+    assert said.startswith("MLflow: could not start") and TOKEN not in said, said
+
+    class Answering:  # a server that answers: what trackers.json keeps of it
+        def __init__(self, tracking_uri):
+            assert TOKEN in tracking_uri  # the client itself gets the token
+
+        def get_experiment_by_name(self, name):
+            return types.SimpleNamespace(experiment_id="1")
+
+        def create_run(self, experiment, run_name):
+            return types.SimpleNamespace(info=types.SimpleNamespace(run_id="abc"))
+
+        def log_batch(self, *args, **kwargs):
+            pass
+
+    monkeypatch.setattr(mlflow.tracking, "MlflowClient", Answering)
+    trackers.Trackers(["mlflow"], tmp_path, say=print).start([], facts)
+    kept = json.loads((tmp_path / trackers.STATE).read_text())
+    assert kept["mlflow"]["tracking_uri"] == "http://127.0.0.1:9/?token=***"
+    assert TOKEN not in (tmp_path / trackers.STATE).read_text() + capsys.readouterr().out
 
 
 @pytest.mark.parametrize("value, fault", [

@@ -33,7 +33,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import secrets as random_ids
 import socket
 import time
@@ -42,6 +41,7 @@ import warnings
 from pathlib import Path
 
 from lib.base import atomic
+from lib.runs.redact import redact
 from lib.runtime import secrets
 
 NAMES = ("tensorboard", "wandb", "mlflow")
@@ -249,11 +249,6 @@ class MLflow(Tracker):
 
 
 KINDS = {t.name: t for t in (TensorBoard, WandB, MLflow)}
-
-
-def redact(uri: str) -> str:
-    """`uri` without a password or token it may carry (scheme://user:secret@host -> ***)."""
-    return re.sub(r"//[^/@\s]+@", "//***@", uri)
 
 
 @contextlib.contextmanager
