@@ -251,6 +251,11 @@ class MLflow(Tracker):
 KINDS = {t.name: t for t in (TensorBoard, WandB, MLflow)}
 
 
+def _said(exc: Exception) -> str:
+    """A client's error in the one line that says it: redacted, its lines joined."""
+    return " ".join(redact(str(exc)).split())
+
+
 @contextlib.contextmanager
 def _quiet():
     """The clients' INFO lines and warnings (MLflow's "Creating initial MLflow database
@@ -317,7 +322,7 @@ class Trackers:
                 continue
             except Exception as exc:  # a service down, a bad URI: one line, training goes on
                 self.say(f"{tracker.title}: could not start ({type(exc).__name__}: "
-                         f"{redact(str(exc))}); training goes on without {tracker.title}.")
+                         f"{_said(exc)}); training goes on without {tracker.title}.")
                 continue
             self.live[name] = tracker
             if line:
@@ -346,7 +351,7 @@ class Trackers:
             tracker.log(epoch, numbers(record))
         except Exception as exc:
             self.say(f"{tracker.title}: logging epoch {epoch} failed ({type(exc).__name__}: "
-                     f"{redact(str(exc))}); the rest of this session goes on without it.")
+                     f"{_said(exc)}); the rest of this session goes on without it.")
             self.live.pop(name)
             return
         if kept is not None:
@@ -374,5 +379,5 @@ class Trackers:
                 tracker.close()
             except Exception as exc:
                 self.say(f"{tracker.title}: closing failed ({type(exc).__name__}: "
-                         f"{redact(str(exc))})")
+                         f"{_said(exc)})")
         self.live = {}
