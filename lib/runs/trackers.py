@@ -20,11 +20,13 @@ tracker kept of earlier sessions), `log` once per epoch with the record metrics.
   travels with the run.
 
 Every record's step is its epoch and a tracker never gets an epoch twice: a session resumed
-from an older checkpoint (the newer one lost) skips the epochs the tracker already has, and one
-killed between its checkpoint and the tracker's log sends the missing epochs when the next
-session opens it. Every session names its platform and device on the tracker's run. Tokens
-come from lib.runtime.secrets (never printed or written). A tracker whose client is missing,
-that has no token, or that fails is one line saying how to fix it; training goes on.
+from an older checkpoint (the newer one lost) skips the epochs the tracker already has, one
+killed between its checkpoint and the tracker's log sends the missing epochs next session.
+trackers.json lost too (a carry that kept only checkpoints/): the checkpoint says what each
+tracker had at its save, the tracker what it holds where it can tell (MLflow); where it cannot
+(W&B), the checkpoint's epoch is sent again, never lost. Every session names its platform and
+device on the tracker's run. Tokens come from lib.runtime.secrets (never printed or written).
+A tracker without its client or token, or that fails, is one line with the fix; training goes on.
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ class Tracker:
 
     def close(self) -> None:
         pass
+
+    def held(self, saved: int) -> int:
+        """The last epoch its run holds, asked of its service; `saved` where it cannot tell."""
+        return saved
 
 
 def _client(module: str, title: str, install: str):
@@ -247,6 +253,12 @@ class MLflow(Tracker):
         with _quiet():
             self.client.set_terminated(self.run_id)
 
+    def held(self, saved):
+        with _quiet():
+            keys = self.client.get_run(self.run_id).data.metrics
+            return max((m.step for key in keys
+                        for m in self.client.get_metric_history(self.run_id, key)), default=0)
+
 
 KINDS = {t.name: t for t in (TensorBoard, WandB, MLflow)}
 
@@ -309,9 +321,10 @@ class Trackers:
         """Open each tracker (its run continued from trackers.json, else from the ids the
         resumed checkpoint kept) and send it the history's epochs it does not have."""
         self.state = read_state(self.folder)
-        if not self.state and saved:  # trackers.json lost: the checkpoint's ids; each
-            # tracker is taken to have the checkpoint's epochs (logged right after its save)
-            self.state = {k: dict(v, step=facts["from_epoch"] - 1) for k, v in saved.items()}
+        if guessed := not self.state and bool(saved):  # trackers.json lost: the checkpoint's
+            # ids and the epochs each tracker had at its save (an older checkpoint: its own)
+            self.state = {k: dict(v, step=v.get("step", facts["from_epoch"] - 1))
+                          for k, v in saved.items()}
         for name in self.names:
             tracker = KINDS[name]()
             kept = self.state.get(name, {})
@@ -329,7 +342,11 @@ class Trackers:
                 self.say(line)
             if tracker.keeps_steps:  # a new tracker run (its old one gone) has no epochs
                 same = all(kept.get(k) == v for k, v in keep.items() if k in ("id", "run_id"))
-                self.state[name] = dict(kept, **keep, step=kept.get("step", 0) if same else 0)
+                step = kept.get("step", 0) if same else 0
+                if guessed and same:  # the checkpoint's own epoch may have reached it
+                    with contextlib.suppress(Exception):  # a service that cannot say: as saved
+                        step = tracker.held(step)
+                self.state[name] = dict(kept, **keep, step=step)
                 self._rewound(tracker, facts["from_epoch"] - 1)
                 for record in history:
                     self._send(name, record)
@@ -364,9 +381,9 @@ class Trackers:
         self._save()
 
     def ids(self) -> dict:
-        """What a checkpoint keeps of the trackers: their run ids."""
-        return {k: {i: v for i, v in kept.items() if i != "step"}
-                for k, kept in self.state.items()}
+        """What a checkpoint keeps of the trackers: run ids, and the epochs each has before
+        the checkpoint's own is sent (for a lost trackers.json)."""
+        return {k: dict(kept) for k, kept in self.state.items()}
 
     def _save(self) -> None:
         if self.state:
