@@ -114,17 +114,19 @@ def test_an_online_wandb_open_with_the_key_leaks_it_nowhere(sealed, monkeypatch)
 
 def test_a_kaggle_sweeps_credentials_leak_nowhere(sealed):
     """`train-anywhere sweep --on kaggle` in a Colab notebook: the Kaggle key comes from the
-    Secrets panel, authenticates the real kaggle client and goes with its first request (no
-    server at kagglesdk's TEST endpoint): the sweep's one line, and no file, holds it."""
+    Secrets panel, authenticates the real kaggle client and goes with its first request (to
+    kagglesdk's LOCALHOST endpoint, http://localhost: no server there; not its TEST one, :7777,
+    where other tests' stand-in may be listening): the sweep's one line, and no file, holds
+    it."""
     proc = subprocess.run(
         [sys.executable, "-m", "lib", "sweep", "fashion_mnist", "--grid", "SEED=1", "--out",
          str(sealed.run), "--on", "kaggle", "-p", "SMOKE", "True"], cwd=ROOT, text=True,
         capture_output=True, timeout=300, env={
-            **os.environ, "OMP_NUM_THREADS": "1", "KAGGLE_API_ENVIRONMENT": "TEST",
+            **os.environ, "OMP_NUM_THREADS": "1", "KAGGLE_API_ENVIRONMENT": "LOCALHOST",
             "PYTHONPATH": os.pathsep.join([str(FAKES), str(ROOT)])})
     calls = (sealed.root / "store" / "calls.jsonl").read_text()
     assert '"key": "KAGGLE_KEY"' in calls  # the key was read from the Secrets panel
-    assert proc.returncode == 1 and "Kaggle: HTTPConnectionPool" in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "sweep: Kaggle: " in proc.stderr, proc.stderr
     assert WANDB_TOKEN not in proc.stdout + proc.stderr
     assert KAGGLE_TOKEN not in proc.stdout + proc.stderr
     assert sealed.leaks() == []
