@@ -240,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lib.cli.carry import add_carry_parser  # issue 37: moving a run between platforms
 
     add_carry_parser(sub)
+    from lib.cli.plan import add_plan_parser  # issue 51: plan the hours a run needs
+
+    add_plan_parser(sub, param_help)
 
     p = sub.add_parser(
         "new", help="start a workload of your own from a template that runs everywhere",
