@@ -9,6 +9,7 @@ import io
 import itertools
 import json
 import math
+import os
 import random
 import tomllib
 from datetime import UTC
@@ -304,3 +305,51 @@ def test_a_quota_given_and_a_users_own_machine(tmp_path):
     assert data["pools"]["kaggle_gpu"]["source"] == "--quota kaggle_t4x2=18h"
     assert data["pools"]["lab"]["hours"] == 3.0 and data["pools"]["lab"]["period"] == "day"
     assert data["platforms"]["lab"]["backend"] == "slurm"
+
+
+@pytest.mark.notebook
+def test_sweep_follows_a_plan_on_kaggle_and_here_and_report_sets_it_beside_what_ran(tmp_path):
+    """A two-cell plan (one cell on Kaggle's T4 x2, one here) -> `sweep --plan` pushes the one
+    to the Kaggle stand-in and runs the other locally -> `report` shows both beside the plan."""
+    import subprocess
+    import sys
+
+    from tests.fakes.kaggle_server import FakeKaggle
+    from tests.test_sweep_remote import ROOT, kaggle_env
+
+    mine = tmp_path / "mine.toml"  # both at the project's H100 figure, one session at once
+    mine.write_text('[platforms.kaggle_t4x2]\naccelerator = "H100"\n[platforms.local]\n'
+                    'accelerator = "H100"\n[pools.kaggle_gpu]\nconcurrent = 1\n')
+    rc, out, err = cli("fashion_mnist", "--grid", "SEED=1,2", "-p", "EPOCHS", "1", "--platforms",
+                       "kaggle_t4x2,local", "--quotas", str(mine), "--no-kaggle-client",
+                       "--start", START, "--out", str(tmp_path / "p"), "--json")
+    assert rc == 0, err
+    planned = {s["cell"]: s["platform"] for s in json.loads(out)["sessions"]}
+    assert planned == {"seed=1": "kaggle_t4x2", "seed=2": "local"}
+    sweep_dir = tmp_path / "s"
+    args = [sys.executable, "-m", "lib", "sweep", "--plan", str(tmp_path / "p" / "plan.json"),
+            "-p", "SMOKE", "True", "-p", "SAMPLE_DATA", "True", "-p", "DATA_DIR",
+            str(tmp_path / "data"), "--out", str(sweep_dir), "--poll", "0.5"]
+    with FakeKaggle(tmp_path / "kaggle-side", {"OMP_NUM_THREADS": "1"}) as server:
+        proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=900,
+                              env={**os.environ, "OMP_NUM_THREADS": "1", **kaggle_env(tmp_path)})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        pushes = [b for e, b, _ in server.requests if e == "SaveKernel"]
+    slugs = [b["slug"] for b in pushes if b["slug"].startswith("tester/fashion-mnist-kaggle-t4x2")]
+    assert slugs == ["tester/fashion-mnist-kaggle-t4x2-seed-1"], [b["slug"] for b in pushes]
+    cells = sweep_dir / "cells"
+    assert (cells / "seed=1" / "kaggle.json").exists() and not (cells / "seed=2" /
+                                                                 "kaggle.json").exists()
+    for cell, platform in planned.items():
+        assert (cells / cell / "DONE.json").exists()
+        rows = [json.loads(line) for line in
+                (cells / cell / "run" / "sessions.jsonl").read_text().splitlines()]
+        assert [r["platform"] for r in rows] == [platform]
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        assert main(["report", str(sweep_dir)]) == 0
+    text = said.getvalue()
+    assert "beside what ran:" in text
+    assert "| seed=1 | kaggle_t4x2 1 | kaggle_t4x2 1 | 1 |" in text
+    assert "| seed=2 | local 1 | local 1 | 1 |" in text
+    assert "re-plan: none (nothing left to train" in text

@@ -241,8 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_carry_parser(sub)
     from lib.cli.plan import add_plan_parser  # issue 51: plan the hours a run needs
+    from lib.cli.plan.follow import follow
 
     add_plan_parser(sub, param_help)
+    sub.choices["sweep"].set_defaults(follow_plan=follow)  # sweep --plan PLAN.json
 
     p = sub.add_parser(
         "new", help="start a workload of your own from a template that runs everywhere",

@@ -46,12 +46,12 @@ def parse_start(text: str | None) -> datetime:
 
 def gather(args):
     """(work, quota data, notes) for the command's arguments."""
-    from lib.cli.plan import quotas, work
+    from lib.cli.plan import grid, quotas, work
 
     data = quotas.override(quotas.load(Path(args.quotas) if args.quotas else None), args.quota)
     target = Path(args.target).expanduser()
     if args.target in workloads():
-        found = work.from_workload(args.target, args.param, args.grid)
+        found = grid.from_workload(args.target, args.param, args.grid)
     elif target.is_dir():
         if args.param or args.grid:
             raise UsageError(f"-p and --grid describe a workload, not the run folder {target}; "
@@ -129,6 +129,7 @@ def to_json(chosen, found, data, speed, pools, start, horizon, notes) -> dict:
                     n for n, t in data["platforms"].items() if t["pool"] == pool.name)})
             i += 1
     out = {"version": 1, "origin": found.origin, "workload": found.workload,
+           "request": found.request, "folder": str(found.folder) if found.folder else None,
            "settings": found.settings, "samples_per_epoch": found.samples,
            "start": start.isoformat(), "horizon_hours": horizon,
            "epochs": sum(found.runs.values()), "runs": found.runs,
