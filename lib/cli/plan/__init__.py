@@ -122,7 +122,7 @@ def to_json(chosen, found, data, speed, pools, start, horizon, notes) -> dict:
     for pool in pools.values():
         if pool.period is None:
             continue
-        i = 1
+        i = 0  # period 0 ends at the first reset
         while pool.period_end(i) <= min(plan.finish, horizon):
             resets.append({"pool": pool.name, "at": (start + timedelta(
                 hours=pool.period_end(i))).isoformat(), "platforms": sorted(

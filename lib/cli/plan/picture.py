@@ -36,7 +36,7 @@ def timeline(plan: dict, path: Path | None = None):
     rows.sort()
     runs = sorted({s["run"] for s in sessions})
     colours = plt.get_cmap("tab20")
-    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * max(1, len(rows))))
+    fig, ax = plt.subplots(figsize=(10, 1.6 + 0.55 * max(2, len(rows))))
     for s, row in placed:
         y = rows.index(row)
         left = mdates.date2num(start + timedelta(hours=s["start_hours"]))
@@ -54,18 +54,27 @@ def timeline(plan: dict, path: Path | None = None):
         for y, (platform, _) in enumerate(rows):
             if platform in reset["platforms"]:
                 ax.plot([when, when], [y - 0.45, y + 0.45], ls=":", color="firebrick", lw=1.2)
-    ax.plot([], [], ls=":", color="firebrick", label="quota resets")
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Line2D([], [], ls=":", color="firebrick", label="quota resets")]
+    handles += [Patch(facecolor=colours(i % 20), edgecolor="black", linewidth=0.5, label=run)
+                for i, run in enumerate(runs if len(runs) <= 8 else [])]  # colour -> run
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([p if lane == 0 else f"{p} ({lane + 1})" for p, lane in rows])
     ax.invert_yaxis()
-    ax.xaxis.set_major_locator(mdates.AutoDateLocator(maxticks=10))
+    hours = (end - start).total_seconds() / 3600
+    ax.xaxis.set_major_locator(  # about ten ticks: hours within two days, else days
+        mdates.HourLocator(interval=max(1, -(-int(hours) // 10))) if hours <= 48 else
+        mdates.DayLocator(interval=max(1, -(-int(hours / 24) // 10))))
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%a %d %b\n%H:%M"))
     ax.set_xlim(start, end)
     ax.set_xlabel("UTC; each bar a session, labelled with the epochs it trains")
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(f"Plan: {plan['origin']}, {plan['epochs']} epochs in {len(sessions)} sessions,"
-                 f" finishes {plan['finish'][:16].replace('T', ' ')} UTC")
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
+              frameon=False)
+    ax.set_title(f"Plan: {plan['origin']}\n{plan['epochs']} epochs in {len(sessions)} sessions, "
+                 f"finishes {plan['finish'][:16].replace('T', ' ')} UTC", fontsize=10)
     fig.tight_layout()
     save(fig, path)
     return fig
