@@ -353,3 +353,51 @@ def test_sweep_follows_a_plan_on_kaggle_and_here_and_report_sets_it_beside_what_
     assert "| seed=1 | kaggle_t4x2 1 | kaggle_t4x2 1 | 1 |" in text
     assert "| seed=2 | local 1 | local 1 | 1 |" in text
     assert "re-plan: none (nothing left to train" in text
+
+
+def test_a_grid_on_your_own_machine_at_the_projects_figure_keeps_its_limits(tmp_path):
+    """The guide's example: a workload's grid on a machine of your own (--quotas FILE), at the
+    project's measured H100 speed, 6 h jobs, 10 h a day, two at once."""
+    from lib.cli.plan.speeds import shipped
+    from tests.test_sweep_remote import ROOT
+
+    rc, out, err = cli("mamba_spike", "--grid", "SEED=1,2,3", "-p", "EPOCHS", "20", "--quotas",
+                       str(ROOT / "docs" / "guides" / "plan-example.toml"), "--platforms",
+                       "lab_h100", "--start", "2026-12-07T09:00", "--no-kaggle-client",
+                       "--measured", str(tmp_path / "none"), "--out", str(tmp_path), "--json")
+    assert rc == 0, err
+    plan = json.loads(out)
+    figure = next(f for f in shipped()["measured"] if f["workload"] == "mamba_spike")
+    speed = plan["speeds"]["lab_h100"]
+    assert speed["kind"] == "shipped" and figure["date"] in speed["source"]
+    assert speed["seconds_per_epoch"] == pytest.approx(60000 / figure["samples_per_s"])
+    assert plan["runs"] == {"seed=1": 20, "seed=2": 20, "seed=3": 20}
+    assert plan["request"] == {"params": [["EPOCHS", "20"]], "grid": ["SEED=1,2,3"]}
+    day_hours: dict = {}
+    for s in plan["sessions"]:
+        hours = s["end_hours"] - s["start_hours"]
+        assert hours <= 6.0 - 0.25 + 1e-6  # the job limit less the notebooks' margin
+        day = s["start"][:10]
+        day_hours[day] = day_hours.get(day, 0.0) + hours
+        assert s["end"][:10] == day or s["end"][11:16] == "00:00"  # never across a reset
+    assert max(day_hours.values()) <= 10.0 + 1e-6 and len(day_hours) >= 5
+    assert plan["resets"][0]["at"] == "2026-12-08T00:00:00+00:00"
+    assert (tmp_path / "plan.png").stat().st_size > 10_000
+
+
+def test_plan_and_report_load_no_torch(two_platform_run, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.test_sweep_remote import ROOT
+
+    code = ("import sys\nfrom lib.cli.main import main\n"
+            f"assert main(['plan', {str(two_platform_run)!r}, '--no-kaggle-client', '--out', "
+            f"{str(two_platform_run)!r}]) == 0\n"
+            f"assert main(['report', {str(two_platform_run)!r}]) == 0\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "beside what ran:" in proc.stdout and "| . | " in proc.stdout
+    assert "re-planned from the speeds measured so far: 6 epochs left" in proc.stdout
