@@ -131,7 +131,7 @@ def small_case(rng):
 
 
 def test_plans_are_no_later_than_the_exhaustive_best_by_more_than_the_margin():
-    rng, compared, worst = random.Random(51), 0, 1.0
+    rng, compared, equal = random.Random(51), 0, 0
     for _ in range(40):
         runs, platforms, pools = small_case(rng)
         best = exhaustive(runs, platforms, pools, 16)
@@ -142,8 +142,8 @@ def test_plans_are_no_later_than_the_exhaustive_best_by_more_than_the_margin():
             continue
         assert best is not None and violations(got, runs, platforms, pools, 16) == []
         assert got.finish <= best * (1 + MARGIN) + EPS, (runs, platforms, pools)
-        compared, worst = compared + 1, max(worst, got.finish / best)
-    assert compared >= 30
+        compared, equal = compared + 1, equal + (abs(got.finish - best) < EPS)
+    assert compared >= 30 and equal == compared  # these seeded cases: all matched today
 
 
 def kaggle_like(rng, n_runs):
@@ -305,6 +305,13 @@ def test_a_quota_given_and_a_users_own_machine(tmp_path):
     assert data["pools"]["kaggle_gpu"]["source"] == "--quota kaggle_t4x2=18h"
     assert data["pools"]["lab"]["hours"] == 3.0 and data["pools"]["lab"]["period"] == "day"
     assert data["platforms"]["lab"]["backend"] == "slurm"
+    # Sessions stop the notebooks' margin before the limit (lib.runtime.clock): 15 minutes,
+    # or a tenth of a short limit.
+    from datetime import datetime
+
+    data["platforms"]["lab"]["session_hours"] = 1.0
+    platforms, _ = quotas.build(data, ["kaggle_t4x2", "lab", "local"], datetime.now(UTC))
+    assert [p.cap for p in platforms] == [pytest.approx(11.75), pytest.approx(0.9), math.inf]
 
 
 @pytest.mark.notebook
