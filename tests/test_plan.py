@@ -408,3 +408,16 @@ def test_plan_and_report_load_no_torch(two_platform_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "beside what ran:" in proc.stdout and "| . | " in proc.stdout
     assert "re-planned from the speeds measured so far: 6 epochs left" in proc.stdout
+
+
+def test_a_cheaper_and_a_faster_plan_where_they_exist():
+    from lib.cli.plan.solve import choose
+
+    pools = {"a": Pool("a"), "b": Pool("b"), "paid": Pool("paid")}
+    platforms = [Platform("a", "a"), Platform("b", "b"), Platform("paid", "paid", paid=True)]
+    runs = [Run(f"r{i}", 4, {"a": 3600.0, "b": 3600.0, "paid": 900.0}) for i in range(2)]
+    chosen = choose(runs, platforms, pools, 100)
+    assert chosen["plan"].used == ("a", "b") and chosen["plan"].finish == 4.0
+    assert chosen["cheaper"].used in (("a",), ("b",)) and chosen["cheaper"].finish == 8.0
+    assert "paid" in chosen["faster"].used and chosen["faster"].finish < 4.0
+    assert choose(runs, platforms[:2], pools, 100)["faster"] is None  # nothing paid to add

@@ -15,12 +15,13 @@ The rules every plan keeps (tests/test_plan.py checks each on random cases):
 - everything ends within the horizon, or `Infeasible` says which run did not fit.
 
 The search: a list schedule (each step starts the run that can start soonest, on the
-platform where it would finish soonest if it stayed there; among runs that can start at the
-same time the one that loses most by waiting, or the one with most work: both orders tried),
-on every
-subset of the platforms (up to `SUBSETS_UP_TO`; else the full set, each platform alone and
-each one left out), keeping the earliest finish. tests/test_plan.py compares it with an
-exhaustive search of small cases and states the margin it stays within.
+platform where it would finish soonest if this session ran there and the rest at its best
+speed; among runs that can start at once, the one that loses most by waiting, or the one
+with most work: both orders tried) on every subset of the platforms (up to
+`SUBSETS_UP_TO`; else the full set, each platform alone and each one left out), keeping the
+earliest finish; the other plans found give the cheaper alternative. tests/test_plan.py
+compares it with an exhaustive search of small cases and states the margin it stays within
+(bench/bench_plan.py: 291 of 296 random small cases equal, the worst 1.33x).
 """
 
 from __future__ import annotations
