@@ -421,3 +421,25 @@ def test_a_cheaper_and_a_faster_plan_where_they_exist():
     assert chosen["cheaper"].used in (("a",), ("b",)) and chosen["cheaper"].finish == 8.0
     assert "paid" in chosen["faster"].used and chosen["faster"].finish < 4.0
     assert choose(runs, platforms[:2], pools, 100)["faster"] is None  # nothing paid to add
+
+
+def test_kaggle_hours_left_read_through_the_real_client_from_the_stand_in(
+        two_platform_run, tmp_path, monkeypatch):
+    from tests.fakes.kaggle_server import FakeKaggle
+    from tests.test_sweep_remote import kaggle_env
+
+    for name, value in kaggle_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    with FakeKaggle(tmp_path / "kaggle-side") as server:
+        server.accelerator_quota = {
+            "quotaRefreshTime": "2026-12-05T00:00:00Z",
+            "gpuQuota": {"timeUsed": "77400s", "totalTimeAllowed": "108000s"}}
+        rc, out, err = cli(str(two_platform_run), "--json", "--start", START, "--platforms",
+                           "kaggle_t4x2", "--out", str(tmp_path / "p"))
+    assert rc == 0, err
+    assert [e for e, _, _ in server.requests] == ["GetAcceleratorQuotaStatistics"]
+    plan = json.loads(out)
+    assert plan["notes"] == ["Kaggle GPU: 8.5 of 30 h left this week (the kaggle client)"]
+    limits = plan["limits"]["kaggle_t4x2"]
+    assert limits["left"] == 8.5 and limits["hours"] == 30.0
+    assert limits["reset"] == "2026-12-05T00:00:00+00:00" and "kaggle quota" in limits["source"]
