@@ -443,3 +443,18 @@ def test_kaggle_hours_left_read_through_the_real_client_from_the_stand_in(
     limits = plan["limits"]["kaggle_t4x2"]
     assert limits["left"] == 8.5 and limits["hours"] == 30.0
     assert limits["reset"] == "2026-12-05T00:00:00+00:00" and "kaggle quota" in limits["source"]
+
+
+def test_a_speed_measured_on_other_settings_is_scaled_by_the_samples_of_an_epoch(
+        two_platform_run):
+    from lib.cli.plan.speeds import measured
+    from lib.runs.identity import read_sessions
+
+    rows = {r["platform"]: r for r in read_sessions(two_platform_run)}
+    other = {"dataset": "bigger", "smoke": None, "sample_data": None}
+    found = measured(two_platform_run.parent, "toy", other, 19200)
+    for platform, row in rows.items():
+        assert found[platform].seconds == pytest.approx(19200 / row["samples_per_s"])
+        assert "scaled by training samples per epoch" in found[platform].source
+    assert measured(two_platform_run.parent, "toy", other, None) == {}  # no size: no guess
+    assert measured(two_platform_run.parent, "mshnet", other, 19200) == {}  # another workload
