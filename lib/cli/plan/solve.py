@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 PERIOD_HOURS = {"day": 24.0, "week": 168.0, "month": 720.0}  # a month: 30 days (stated)
 RULES = ("regret", "work")  # the list schedule's two orders, both tried
-SUBSETS_UP_TO = 6  # every subset of up to this many platforms (64 list schedules)
+SUBSETS_UP_TO = 4  # every subset of up to this many platforms (15 subsets)
 EPS = 1e-9
 
 
