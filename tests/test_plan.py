@@ -458,3 +458,15 @@ def test_a_speed_measured_on_other_settings_is_scaled_by_the_samples_of_an_epoch
         assert "scaled by training samples per epoch" in found[platform].source
     assert measured(two_platform_run.parent, "toy", other, None) == {}  # no size: no guess
     assert measured(two_platform_run.parent, "mshnet", other, 19200) == {}  # another workload
+
+
+def test_sweep_plan_mistakes_are_one_line(two_platform_run, tmp_path):
+    rc, _, err = cli(str(two_platform_run), "--no-kaggle-client", "--out", str(tmp_path))
+    assert rc == 0, err
+    for plan, said in [(tmp_path / "plan.json", "not a grid's cells"),
+                       (tmp_path / "missing.json", "no such file")]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(["sweep", "--plan", str(plan), "--out", str(tmp_path / "s")])
+        assert rc == 2 and err.getvalue().count("\n") == 1 and said in err.getvalue()
+    assert not (tmp_path / "s").exists()
