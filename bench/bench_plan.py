@@ -6,20 +6,25 @@
    40 s an epoch on a T4 (a guess for the shape of the problem, not a measured speed) over
    Kaggle's T4 x2 (30 h a week, 2 at once), Kaggle's TPU (20 h a week, faster), Colab
    (4 h a day), a lab cluster (16 h a day, 2 at once, 24 h jobs) and this machine (10x
-   slower): the full search (`solve.plans`: every platform subset, both orders) against one
-   list schedule (the baseline, in the same process).
+   slower): the full search (`solve.plans`: every platform subset, both orders, then the
+   MILP of lib/cli/plan/milp.py) against one list schedule (the baseline, in the same
+   process); and the MILP alone at its shipped time limit and at `--milp-s`, its lower bound
+   on the finish and its epochs laid out (`solve._milp_plans`).
 2. Quality: on `--small` random small cases (tests/test_plan.py's `small_case`), the
-   planner's finish against an exhaustive search's best.
+   planner's finish against an exhaustive search's best, with the MILP and with the list
+   schedule alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import time
 
 from bench.common import load_average, markdown_table
-from lib.cli.plan.solve import Infeasible, Platform, Pool, Run, _schedule, plans
+from lib.cli.plan import milp
+from lib.cli.plan.solve import Infeasible, Platform, Pool, Run, _milp_plans, _schedule, plans
 
 HORIZON = 24 * 365.0
 
@@ -49,32 +54,54 @@ def timed(fn, repeats: int = 3) -> tuple[float, object]:
     return best, out
 
 
-def planning(cells: int) -> list[dict]:
+def planning(cells: int, milp_s: float) -> list[dict]:
     runs, platforms, pools = grid(cells)
     one_s, one = timed(lambda: _schedule(runs, platforms, pools, HORIZON))
     all_s, found = timed(lambda: plans(runs, platforms, pools, HORIZON), repeats=1)
     best = found[0]
-    return [{"search": "one list schedule (baseline)", "cells": cells, "seconds": one_s,
+    rows = [{"search": "one list schedule (baseline)", "cells": cells, "seconds": one_s,
              "ratio": 1.0, "sessions": len(one.sessions), "finish_days": one.finish / 24},
-            {"search": f"plans(): {len(found)} distinct plans kept", "cells": cells,
-             "seconds": all_s, "ratio": all_s / one_s, "sessions": len(best.sessions),
-             "finish_days": best.finish / 24}]
+            {"search": f"plans(): {len(found)} distinct plans kept, best: {best.search}",
+             "cells": cells, "seconds": all_s, "ratio": all_s / one_s,
+             "sessions": len(best.sessions), "finish_days": best.finish / 24,
+             "bound_days": None if best.bound is None else best.bound / 24}]
+    ordered = sorted(platforms, key=lambda p: p.name)
+    listed = min(p.finish for p in found if p.search == "list")
+    for limit in (milp.TIME_LIMIT_S, milp_s):
+        t0 = time.perf_counter()
+        answer = milp.assign(runs, ordered, pools, listed, time_limit=limit, timed=True)
+        laid = _milp_plans(runs, ordered, pools, HORIZON, answer.epochs, math.inf) \
+            if answer and answer.epochs else []
+        seconds = time.perf_counter() - t0
+        first = min(laid, key=lambda p: p.finish, default=None)
+        rows.append({"search": f"MILP alone, time limit {limit:g} s, laid out",
+                     "cells": cells, "seconds": seconds, "ratio": seconds / one_s,
+                     "sessions": len(first.sessions) if first else "none",
+                     "finish_days": first.finish / 24 if first else "none",
+                     "bound_days": answer.bound / 24 if answer else "none"})
+    return rows
 
 
-def quality(n: int, seed: int = 1) -> dict:
+def quality(n: int, seed: int = 1, use_milp: bool = True) -> dict:
     from tests.test_plan import exhaustive, small_case
 
+    shipped = milp.assign
+    if not use_milp:
+        milp.assign = lambda *args, **kwargs: None
     rng, equal, worst, compared = random.Random(seed), 0, 1.0, 0
-    for _ in range(n):
-        runs, platforms, pools = small_case(rng)
-        best = exhaustive(runs, platforms, pools, 16)
-        try:
-            got = plans(runs, platforms, pools, 16)[0].finish
-        except Infeasible:
-            continue
-        compared += 1
-        equal += abs(got - best) < 1e-9
-        worst = max(worst, got / best)
+    try:
+        for _ in range(n):
+            runs, platforms, pools = small_case(rng)
+            best = exhaustive(runs, platforms, pools, 16)
+            try:
+                got = plans(runs, platforms, pools, 16)[0].finish
+            except Infeasible:
+                continue
+            compared += 1
+            equal += abs(got - best) < 1e-9
+            worst = max(worst, got / best)
+    finally:
+        milp.assign = shipped
     return {"cases": compared, "equal": equal, "worst_ratio": worst}
 
 
@@ -82,15 +109,18 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=100)
     parser.add_argument("--small", type=int, default=300)
+    parser.add_argument("--milp-s", type=float, default=20.0,
+                        help="a longer MILP time limit to compare (default 20 s)")
     args = parser.parse_args(argv)
     print(f"load average before: {load_average()}")
-    print(markdown_table(planning(args.cells), [
+    print(markdown_table(planning(args.cells, args.milp_s), [
         ("search", "search"), ("cells", "cells"), ("seconds", "seconds (best of 3 / 1)"),
         ("ratio", "ratio to baseline"), ("sessions", "sessions"),
-        ("finish_days", "finish (days)")]))
-    q = quality(args.small)
-    print(f"\nagainst an exhaustive search, {q['cases']} small random cases: {q['equal']} "
-          f"equal, worst {q['worst_ratio']:.3f}x the best finish")
+        ("finish_days", "finish (days)"), ("bound_days", "MILP's bound (days)")]))
+    for label, use in (("with the MILP", True), ("the list schedule alone", False)):
+        q = quality(args.small, use_milp=use)
+        print(f"\n{label}, against an exhaustive search, {q['cases']} small random cases: "
+              f"{q['equal']} equal, worst {q['worst_ratio']:.3f}x the best finish")
 
 
 if __name__ == "__main__":

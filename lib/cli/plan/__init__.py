@@ -111,7 +111,11 @@ def _sessions(plan, found, data, start: datetime) -> list[dict]:
 def _summary(plan, start: datetime) -> dict:
     return {"finish": (start + timedelta(hours=plan.finish)).isoformat(),
             "finish_hours": round(plan.finish, 4), "hours": round(plan.hours(), 4),
-            "platforms": list(plan.used), "sessions": len(plan.sessions)}
+            "platforms": list(plan.used), "sessions": len(plan.sessions),
+            # "milp": laid out from solve.py's MILP (milp.py); "list": the list schedule.
+            # bound_hours: no plan on these platforms finishes sooner (None: not proven).
+            "search": plan.search,
+            "bound_hours": None if plan.bound is None else round(plan.bound, 4)}
 
 
 def to_json(chosen, found, data, speed, pools, start, horizon, notes) -> dict:

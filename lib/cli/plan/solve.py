@@ -30,6 +30,8 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+from lib.cli.plan import milp
+
 PERIOD_HOURS = {"day": 24.0, "week": 168.0, "month": 720.0}  # a month: 30 days (stated)
 RULES = ("regret", "work")  # the list schedule's two orders, both tried
 SUBSETS_UP_TO = 4  # every subset of up to this many platforms (15 subsets)
@@ -109,6 +111,8 @@ class Session:
 class Plan:
     sessions: list[Session]
     platforms: tuple[str, ...]  # the platforms it was allowed to use
+    search: str = "list"  # what produced it: "list" (the list schedule) or "milp" (milp.py)
+    bound: float | None = None  # the best plan's: no plan on `platforms` finishes sooner
 
     @property
     def finish(self) -> float:
@@ -124,28 +128,40 @@ class Plan:
 
 
 def _schedule(runs: list[Run], platforms: list[Platform], pools: dict[str, Pool],
-              horizon: float, rule: str = "regret") -> Plan | None:
+              horizon: float, rule: str = "regret", allow: dict | None = None) -> Plan | None:
     """One list schedule on `platforms`, runs that can start at the same time taken by
     `rule` ("regret": the one losing most if its best platform went to another first;
-    "work": the most work first); None when a run does not fit in the horizon."""
+    "work": the most work first); None when a run does not fit in the horizon. With `allow`
+    ({(run, platform): {pool period: epochs}}, milp.py's answer) a run trains on a platform
+    by the end of a period at most the epochs allowed up to that period, and nowhere else."""
     left = {r.name: r.epochs for r in runs}
+    done: dict[tuple[str, str], int] = {}
     run_free = {r.name: 0.0 for r in runs}
     lanes = {name: [0.0] * max(1, p.concurrent) for name, p in pools.items()}
     used: dict[tuple[str, int], float] = {}
     sessions: list[Session] = []
     speed = {r.name: {p.name: r.seconds[p.name] / 3600 for p in platforms
-                      if r.seconds.get(p.name)} for r in runs}
+                      if r.seconds.get(p.name) and (allow is None or (r.name, p.name) in allow)}
+             for r in runs}
 
-    def earliest(run: str, p: Platform) -> tuple[float, float] | None:
-        """(start, hours usable) of the next session of `run` on `p`, or None."""
+    def room(run: str, p: Platform, i: int) -> float:
+        """The epochs `allow` leaves `run` on `p` up to period `i` (no `allow`: any)."""
+        if allow is None:
+            return math.inf
+        return sum(e for k, e in allow[(run, p.name)].items() if k <= i) - done.get(
+            (run, p.name), 0)
+
+    def earliest(run: str, p: Platform) -> tuple[float, float, float] | None:
+        """(start, hours usable, epochs allowed) of the next session of `run` on `p`, or
+        None."""
         pool, per_epoch = pools[p.pool], speed[run][p.name]
         t = max(run_free[run], min(lanes[p.pool]))
         while t + per_epoch <= horizon + EPS:
             i = pool.period_of(t)
             usable = min(pool.quota(i) - used.get((pool.name, i), 0.0),
                          pool.period_end(i) - t, p.cap, horizon - t)
-            if usable + EPS >= per_epoch:
-                return t, usable
+            if usable + EPS >= per_epoch and room(run, p, i) >= 1:
+                return t, usable, room(run, p, i)
             if pool.period is None:
                 return None  # the session cap is below one epoch: never
             t = pool.period_end(i)
@@ -163,27 +179,30 @@ def _schedule(runs: list[Run], platforms: list[Platform], pools: dict[str, Pool]
                 found = earliest(r.name, p)
                 if found is None:
                     continue
-                t, usable = found
+                t, usable, most = found
                 per_epoch = speed[r.name][p.name]
-                k = min(left[r.name], int(math.floor(usable / per_epoch + EPS)))
+                k = min(left[r.name], int(math.floor(usable / per_epoch + EPS)), most)
                 # The run's finish if this session trains k epochs here and the rest go on
                 # at its best speed anywhere (an optimistic bound: no wait counted).
                 alone = t + k * per_epoch + (left[r.name] - k) * min(speed[r.name].values())
-                options.append((alone, -k, t, p.name, usable, p))
+                # Laying out the MILP's epochs, a tie goes to the quota that resets first.
+                reset = pools[p.pool].period_end(pools[p.pool].period_of(t)) if allow else 0
+                options.append((alone, -k, t, reset, p.name, usable, p, most))
             if not options:
                 return None
-            options.sort(key=lambda o: o[:4])
-            alone, _, t, _, usable, p = options[0]
+            options.sort(key=lambda o: o[:5])
+            alone, _, t, _, _, usable, p, most = options[0]
             work = left[r.name] * min(speed[r.name].values())
             # Regret: what the run loses if its best platform goes to another run first.
             regret = options[1][0] - alone if len(options) > 1 else math.inf
             first = (-regret, -work) if rule == "regret" else (-work, -regret)
             key = (min(o[2] for o in options), *first, r.name)
             if best is None or key < best[0]:
-                best = (key, r, t, usable, p)
-        _, r, t, usable, p = best
+                best = (key, r, t, usable, p, most)
+        _, r, t, usable, p, most = best
         per_epoch = speed[r.name][p.name]
-        k = min(left[r.name], int(math.floor(usable / per_epoch + EPS)))
+        k = min(left[r.name], int(math.floor(usable / per_epoch + EPS)), most)
+        done[(r.name, p.name)] = done.get((r.name, p.name), 0) + k
         end = t + k * per_epoch
         pool = pools[p.pool]
         lane = min(range(len(lanes[p.pool])), key=lambda j: (lanes[p.pool][j] > t + EPS, j))
@@ -220,12 +239,34 @@ def plans(runs: list[Run], platforms: list[Platform], pools: dict[str, Pool],
             plan = _schedule(runs, subset, pools, horizon, rule)
             if plan is not None:
                 found.append(plan)
+    ordered = sorted(platforms, key=lambda p: p.name)
+    listed = min((pl.finish for pl in found), default=horizon)
+    answer = milp.assign(runs, ordered, pools, min(horizon, listed))
+    if answer is not None and answer.epochs:
+        found += _milp_plans(runs, ordered, pools, horizon, answer.epochs, listed)
     if not found:
         stuck = max(runs, key=lambda r: r.epochs)
         raise Infeasible(f"{stuck.name}'s {stuck.epochs} epochs do not fit")
     unique = {tuple(found_plan.sessions): found_plan for found_plan in found}
-    return sorted(unique.values(), key=lambda pl: (round(pl.finish, 6), round(pl.hours(), 6),
-                                                   len(pl.used), pl.used))
+    ranked = sorted(unique.values(), key=lambda pl: (round(pl.finish, 6), round(pl.hours(), 6),
+                                                     len(pl.used), pl.used))
+    if answer is not None:  # no plan finishing by `listed` is sooner, and `listed` is reached
+        ranked[0].bound = min(answer.bound, ranked[0].finish)
+    return ranked
+
+
+def _milp_plans(runs, platforms, pools, horizon, epochs, listed) -> list[Plan]:
+    """The MILP's epochs laid out by the list schedule (each order; epochs allowed by period,
+    then by platform only), those finishing before `listed` (the list schedule's best)."""
+    out = []
+    totals = {key: {0: sum(by.values())} for key, by in epochs.items()}
+    for allow in (epochs, totals):
+        for rule in RULES:
+            plan = _schedule(runs, platforms, pools, horizon, rule, allow)
+            if plan is not None and plan.finish < listed - EPS:
+                plan.search = "milp"
+                out.append(plan)
+    return out
 
 
 def choose(runs: list[Run], platforms: list[Platform], pools: dict[str, Pool],
