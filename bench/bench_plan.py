@@ -23,7 +23,7 @@ import random
 import time
 
 from bench.common import load_average, markdown_table
-from lib.cli.plan import milp
+from lib.cli.plan import milp, solve
 from lib.cli.plan.solve import Infeasible, Platform, Pool, Run, _milp_plans, _schedule, plans
 
 HORIZON = 24 * 365.0
@@ -60,11 +60,11 @@ def planning(cells: int, milp_s: float) -> list[dict]:
     all_s, found = timed(lambda: plans(runs, platforms, pools, HORIZON), repeats=1)
     best = found[0]
     rows = [{"search": "one list schedule (baseline)", "cells": cells, "seconds": one_s,
-             "ratio": 1.0, "sessions": len(one.sessions), "finish_days": one.finish / 24},
+             "ratio": 1.0, "sessions": len(one.sessions), "finish_h": f"{one.finish:.2f}"},
             {"search": f"plans(): {len(found)} distinct plans kept, best: {best.search}",
              "cells": cells, "seconds": all_s, "ratio": all_s / one_s,
-             "sessions": len(best.sessions), "finish_days": best.finish / 24,
-             "bound_days": None if best.bound is None else best.bound / 24}]
+             "sessions": len(best.sessions), "finish_h": f"{best.finish:.2f}",
+             "bound_h": "none" if best.bound is None else f"{best.bound:.2f}"}]
     ordered = sorted(platforms, key=lambda p: p.name)
     listed = min(p.finish for p in found if p.search == "list")
     for limit in (milp.TIME_LIMIT_S, milp_s):
@@ -77,17 +77,17 @@ def planning(cells: int, milp_s: float) -> list[dict]:
         rows.append({"search": f"MILP alone, time limit {limit:g} s, laid out",
                      "cells": cells, "seconds": seconds, "ratio": seconds / one_s,
                      "sessions": len(first.sessions) if first else "none",
-                     "finish_days": first.finish / 24 if first else "none",
-                     "bound_days": answer.bound / 24 if answer else "none"})
+                     "finish_h": f"{first.finish:.2f}" if first else "none",
+                     "bound_h": f"{answer.bound:.2f}" if answer else "none"})
     return rows
 
 
 def quality(n: int, seed: int = 1, use_milp: bool = True) -> dict:
     from tests.test_plan import exhaustive, small_case
 
-    shipped = milp.assign
+    shipped = solve.assign
     if not use_milp:
-        milp.assign = lambda *args, **kwargs: None
+        solve.assign = lambda *args, **kwargs: None
     rng, equal, worst, compared = random.Random(seed), 0, 1.0, 0
     try:
         for _ in range(n):
@@ -101,7 +101,7 @@ def quality(n: int, seed: int = 1, use_milp: bool = True) -> dict:
             equal += abs(got - best) < 1e-9
             worst = max(worst, got / best)
     finally:
-        milp.assign = shipped
+        solve.assign = shipped
     return {"cases": compared, "equal": equal, "worst_ratio": worst}
 
 
@@ -116,7 +116,7 @@ def main(argv=None) -> None:
     print(markdown_table(planning(args.cells, args.milp_s), [
         ("search", "search"), ("cells", "cells"), ("seconds", "seconds (best of 3 / 1)"),
         ("ratio", "ratio to baseline"), ("sessions", "sessions"),
-        ("finish_days", "finish (days)"), ("bound_days", "MILP's bound (days)")]))
+        ("finish_h", "finish (h)"), ("bound_h", "MILP's lower bound (h)")]))
     for label, use in (("with the MILP", True), ("the list schedule alone", False)):
         q = quality(args.small, use_milp=use)
         print(f"\n{label}, against an exhaustive search, {q['cases']} small random cases: "

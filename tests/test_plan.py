@@ -165,6 +165,29 @@ def test_where_the_list_schedule_is_later_the_milp_plans_the_best_finish():
     assert any(p.search == "list" and p.finish == pytest.approx(6.0) for p in got)
 
 
+def test_a_solver_stopped_by_its_clock_leaves_the_list_plan_and_the_relaxations_bound(
+        monkeypatch):
+    """Where the time limit stops HiGHS (a 100-cell grid: bench/bench_plan.py) its answer
+    would vary with the load: the list plan stands, with the linear relaxation's bound."""
+    from lib.cli.plan import milp
+
+    solved = milp.milp
+
+    def clock_stops(*args, **kwargs):  # the stop planted on the integer solve
+        result = solved(*args, **kwargs)
+        if kwargs["integrality"].any():
+            result.message = "Time limit reached. (planted)"
+        return result
+
+    monkeypatch.setattr(milp, "milp", clock_stops)
+    pools = {"p0": Pool("p0", 6, "day", 11.0, concurrent=1), "p1": Pool("p1", concurrent=2)}
+    platforms = [Platform("p0", "p0", 3.0, 0.0), Platform("p1", "p1", None, 0.0)]
+    runs = [Run("r0", 3, {"p0": 3600, "p1": 7200}), Run("r1", 3, {"p0": 3600, "p1": 10800})]
+    best = plans(runs, platforms, pools, 16)[0]
+    assert best.search == "list" and best.finish == pytest.approx(6.0)
+    assert 0 < best.bound <= 5.0 and plans(runs, platforms, pools, 16)[0].bound == best.bound
+
+
 def kaggle_like(rng, n_runs):
     """Random cases shaped like the real ones: Kaggle-like weekly pools, daily Colab, local."""
     pools = {"gpu": Pool("gpu", rng.choice([20.0, 30.0]), "week", rng.uniform(0, 168),
@@ -256,6 +279,7 @@ def test_a_plan_from_a_real_runs_sessions_names_both_platforms_at_their_speeds(
     rc, text, _ = cli(str(two_platform_run), "--no-kaggle-client", "--start", START,
                       "--out", str(tmp_path))
     assert rc == 0 and "| total |" in text and str(tmp_path / "plan.png") in text
+    assert f"planned by: {plan['search']} (the MILP proves it finishes within " in text
 
 
 @pytest.mark.parametrize("args, said", [

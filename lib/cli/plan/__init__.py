@@ -167,6 +167,9 @@ def table(plan: dict) -> str:
                      f"{s['end_hours'] - s['start_hours']:.2f} |")
     lines.append(f"| total | | {', '.join(plan['platforms'])} | {plan['epochs']} | | "
                  f"finishes {when(plan['finish'])} | {plan['hours']:.2f} |")
+    if plan.get("bound_hours") is not None:
+        lines.append(f"planned by: {plan['search']} (the MILP proves it finishes within "
+                     f"{plan['finish_hours'] - plan['bound_hours']:.2f} h of the best possible)")
     lines.append("speeds (seconds per epoch):")
     for name, s in sorted(plan["speeds"].items()):
         shown = f"{s['seconds_per_epoch']:.1f} s" if s["seconds_per_epoch"] else "unmeasured"

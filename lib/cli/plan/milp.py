@@ -22,8 +22,8 @@ schedule following the MILP's epochs per platform and period.
 
 Determinism: HiGHS is deterministic for a given model and a node limit stops it at the same
 point on every machine; where the time limit stops it (a large grid: bench/bench_plan.py), its
-answer would vary with the machine's load, so it is not used (the list schedule's plan
-stands, without a bound).
+answer would vary with the machine's load, so it is not used: the list schedule's plan
+stands, with the bound of the linear relaxation (solved to the end: deterministic).
 """
 
 from __future__ import annotations
@@ -69,9 +69,9 @@ def assign(runs: list, platforms: list, pools: dict, horizon: float,
            node_limit: int = NODE_LIMIT, time_limit: float = TIME_LIMIT_S,
            timed: bool = False) -> Assignment | None:
     """The MILP of the module docstring on `platforms` within `horizon`; None when a run has
-    no platform it fits on or the time limit stopped HiGHS (`epochs` is empty where it found
-    no solution within the node limit; the bound still holds). `timed`: keep an answer the
-    time limit stopped (bench/bench_plan.py's; not deterministic)."""
+    no platform it fits on. `epochs` is empty where HiGHS found no solution within the node
+    limit, or the time limit stopped it (then `bound` is the linear relaxation's). `timed`:
+    keep an answer the time limit stopped (bench/bench_plan.py's; not deterministic)."""
     cuts = segments({p.pool: pools[p.pool] for p in platforms}, horizon)
     segs = list(zip(cuts[:-1], cuts[1:], strict=True))
     names: list[tuple] = []  # each variable's key, by column
@@ -149,22 +149,32 @@ def assign(runs: list, platforms: list, pools: dict, horizon: float,
                         ([i for i, (cols, _, _) in enumerate(rows) for _ in cols],
                          [c for cols, _, _ in rows for c in cols])),
                        shape=(len(rows), len(names)))
-    result = milp(np.array(cost), integrality=np.array(integral),
-                  bounds=Bounds(np.array(lower, float), np.array(upper, float)),
-                  constraints=LinearConstraint(matrix.tocsr(), [lo for _, lo, _ in rows],
-                                               [hi for _, _, hi in rows]),
+    problem = {"c": np.array(cost), "bounds": Bounds(np.array(lower, float),
+                                                     np.array(upper, float)),
+               "constraints": LinearConstraint(matrix.tocsr(), [lo for _, lo, _ in rows],
+                                               [hi for _, _, hi in rows])}
+    result = milp(integrality=np.array(integral), **problem,
                   options={"node_limit": node_limit, "time_limit": time_limit})
     if "time limit" in result.message.lower() and not timed:
-        return None  # where the clock stopped it varies from run to run: not deterministic
+        # Where the clock stopped it varies from run to run: not deterministic. The linear
+        # relaxation, solved to the end, still gives a (weaker) bound that is.
+        relaxed = milp(integrality=np.zeros(len(names)), **problem,
+                       options={"time_limit": time_limit})
+        if relaxed.status != 0:
+            return None
+        return Assignment({}, max(0.0, relaxed.fun - _most_tie(runs, per)), False)
     epochs: dict = {}  # empty when HiGHS found no integer solution within its node limit
     for (run, plat, k), col in n.items() if result.x is not None else ():
         count = round(result.x[col])
         if count:
             epochs.setdefault((run, plat), {})[k] = count
-    most_tie = TIE * sum(r.epochs * max((h for (name, _), h in per.items() if name == r.name),
-                                        default=0.0) for r in runs)
     dual = getattr(result, "mip_dual_bound", None)
     if dual is None or not math.isfinite(dual):
         dual = result.fun if result.status == 0 else 0.0
-    bound = max(0.0, dual - most_tie)
-    return Assignment(epochs, bound, result.status == 0)
+    return Assignment(epochs, max(0.0, dual - _most_tie(runs, per)), result.status == 0)
+
+
+def _most_tie(runs: list, per: dict) -> float:
+    """The most the objective's tie-break (TIE an hour of quota) can add to T."""
+    return TIE * sum(r.epochs * max((h for (name, _), h in per.items() if name == r.name),
+                                    default=0.0) for r in runs)
