@@ -73,8 +73,10 @@ def timeline(plan: dict, path: Path | None = None):
     ax.grid(axis="x", alpha=0.3)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
               frameon=False)
-    ax.set_title(f"Plan: {plan['origin']}\n{plan['epochs']} epochs in {len(sessions)} sessions, "
-                 f"finishes {plan['finish'][:16].replace('T', ' ')} UTC", fontsize=10)
+    n = len(sessions)
+    finish = plan["finish"][:16].replace("T", " ")
+    ax.set_title(f"Plan: {plan['origin']}\n{plan['epochs']} epochs in {n} "
+                 f"session{'' if n == 1 else 's'}, finishes {finish} UTC", fontsize=10)
     fig.tight_layout()
     save(fig, path)
     return fig
