@@ -62,11 +62,13 @@ def _scan_into(a: torch.Tensor, x: torch.Tensor, out: torch.Tensor, reverse: boo
     a_g, x_g, h_g = ((t[:, body] if r else t).view(shape).unbind(2) for t in (a, x, out))
     order = range(k - 1, -1, -1) if reverse else range(k)
     first, last = order[0], order[-1]
-    coef, drive = a_g[first], x_g[first]
-    for i in order[1:]:
-        drive = torch.addcmul(x_g[i], a_g[i], drive)
-        coef = a_g[i] * coef
+    coef, drive = a_g[order[1]] * a_g[first], torch.addcmul(x_g[order[1]], a_g[order[1]],
+                                                            x_g[first])
+    for i in order[2:]:  # in place: one group-sized tensor of each alive, never two
+        torch.addcmul(x_g[i], a_g[i], drive, out=drive)
+        coef.mul_(a_g[i])
     _scan_into(coef, drive, h_g[last], reverse)  # h at each group's last step, in place
+    del coef, drive  # freed before the shifted copy below: peak memory no higher than radix 2
     prev = _shift(h_g[last], later=not reverse)  # the previous group's result
     for i in order[:-1]:
         prev = torch.addcmul(x_g[i], a_g[i], prev, out=h_g[i])
@@ -96,7 +98,7 @@ class _LinearScan(torch.autograd.Function):
         a_next = torch.cat([a[:, 1:], a[:, -1:]], dim=1)
         grad_x = torch.empty_like(h)
         _scan_into(a_next, grad_h, grad_x, reverse=True)
-        grad_a = torch.empty_like(grad_x)
+        grad_a = a_next  # its memory, no longer needed, takes dL/da (peak memory as before)
         grad_a[:, 0].zero_()
         torch.mul(grad_x[:, 1:], h[:, :-1], out=grad_a[:, 1:])
         return grad_a, grad_x
