@@ -65,11 +65,13 @@ def _kernels(path: str):
     return lif_portable
 
 
-@torch.library.custom_op("train_anywhere::lif_forward", mutates_args=())
-def lif_forward(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: float,
+def _forward(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: float,
                 threshold: float, slope: float, path: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(spikes in cur's dtype, membranes in float32 for 16-bit cur, else cur's dtype)."""
     return _kernels(path).forward(cur, weight, bias, beta, threshold)
+
+
+lif_forward = torch.library.custom_op("train_anywhere::lif_forward", _forward, mutates_args=())
 
 
 @lif_forward.register_fake
@@ -78,12 +80,17 @@ def _(cur, weight, bias, beta, threshold, slope, path):
         cur.dtype))
 
 
-@torch.library.custom_op("train_anywhere::lif_backward", mutates_args=())
-def lif_backward(grad: torch.Tensor, mem: torch.Tensor, spk: torch.Tensor, weight: torch.Tensor,
+def _backward_op(grad: torch.Tensor, mem: torch.Tensor, spk: torch.Tensor, weight: torch.Tensor,
                  beta: float, threshold: float, slope: float,
                  path: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(d cur, d weight, d bias) given the spikes' gradient and what lif_forward saved."""
     return _kernels(path).backward(grad, mem, spk, weight, beta, threshold, slope)
+
+
+lif_backward = torch.library.custom_op("train_anywhere::lif_backward", _backward_op,
+                                       mutates_args=())
+# The Python bodies of this package's ops, for lib/kernels/count.py to count inside them.
+IMPLEMENTATIONS = {"lif_forward": _forward, "lif_backward": _backward_op}
 
 
 @lif_backward.register_fake

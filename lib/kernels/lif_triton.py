@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.utils._python_dispatch import _disable_current_modes
 
 from lib.kernels.lif_portable import compute_dtype, weight_grads
 
@@ -92,10 +93,11 @@ def forward(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: f
     cur = cur.contiguous()
     spk = torch.empty_like(cur)
     mem = torch.empty_like(cur, dtype=compute_dtype(cur.dtype))
+    weight, bias, params = weight.contiguous(), bias.contiguous(), _params(mem, beta, threshold)
     grid, block_n, block_c = _launch(n, c)
-    _forward_kernel[grid](cur, weight.contiguous(), bias.contiguous(),
-                          _params(mem, beta, threshold), spk, mem, t, n, c, n * c,
-                          BLOCK_N=block_n, BLOCK_C=block_c)
+    with _disable_current_modes():  # a launch is no aten op; the interpreter's copies aren't
+        _forward_kernel[grid](cur, weight, bias, params, spk, mem, t, n, c, n * c,
+                              BLOCK_N=block_n, BLOCK_C=block_c)
     return spk, mem
 
 
@@ -105,8 +107,10 @@ def backward(grad: torch.Tensor, mem: torch.Tensor, spk: torch.Tensor, weight: t
     t, n, c = mem.shape
     dmem = torch.empty_like(mem)
     grid, block_n, block_c = _launch(n, c)
-    _backward_kernel[grid](grad.contiguous(), mem, weight.contiguous(),
-                           _params(mem, beta, threshold, slope), dmem, t, n, c, n * c,
-                           (t - 1) * n * c, BLOCK_N=block_n, BLOCK_C=block_c)
+    grad, weight, params = grad.contiguous(), weight.contiguous(), _params(mem, beta, threshold,
+                                                                          slope)
+    with _disable_current_modes():
+        _backward_kernel[grid](grad, mem, weight, params, dmem, t, n, c, n * c, (t - 1) * n * c,
+                               BLOCK_N=block_n, BLOCK_C=block_c)
     dw, db = weight_grads(dmem, spk)
     return dmem.to(grad.dtype), dw.to(weight.dtype), db.to(weight.dtype)
