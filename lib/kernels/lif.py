@@ -80,11 +80,12 @@ def _(cur, weight, bias, beta, threshold, slope, path):
         cur.dtype))
 
 
-def _backward_op(grad: torch.Tensor, mem: torch.Tensor, spk: torch.Tensor, weight: torch.Tensor,
-                 beta: float, threshold: float, slope: float,
+def _backward_op(grad: torch.Tensor, mem: torch.Tensor, weight: torch.Tensor, beta: float,
+                 threshold: float, slope: float,
                  path: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(d cur, d weight, d bias) given the spikes' gradient and what lif_forward saved."""
-    return _kernels(path).backward(grad, mem, spk, weight, beta, threshold, slope)
+    """(d cur, d weight, d bias) given the spikes' gradient and the membranes lif_forward
+    returned (the only tensor saved: spikes are [U > thr], recomputed)."""
+    return _kernels(path).backward(grad, mem, weight, beta, threshold, slope)
 
 
 lif_backward = torch.library.custom_op("train_anywhere::lif_backward", _backward_op,
@@ -94,22 +95,22 @@ IMPLEMENTATIONS = {"lif_forward": _forward, "lif_backward": _backward_op}
 
 
 @lif_backward.register_fake
-def _(grad, mem, spk, weight, beta, threshold, slope, path):
+def _(grad, mem, weight, beta, threshold, slope, path):
     return torch.empty_like(grad), torch.empty_like(weight), weight.new_empty(weight.shape[0])
 
 
 def _setup_context(ctx, inputs, output) -> None:
     _, weight, _, ctx.beta, ctx.threshold, ctx.slope, ctx.path = inputs
-    spk, mem = output
-    ctx.save_for_backward(mem, spk, weight)
+    ctx.save_for_backward(output[1], weight)
+    ctx.dtype = inputs[0].dtype
 
 
 def _backward(ctx, grad_spk, _grad_mem):
-    mem, spk, weight = ctx.saved_tensors
+    mem, weight = ctx.saved_tensors
     if grad_spk is None:
-        grad_spk = torch.zeros_like(spk)
-    dcur, dw, db = lif_backward(grad_spk, mem, spk, weight, ctx.beta, ctx.threshold,
-                                ctx.slope, ctx.path)
+        grad_spk = torch.zeros_like(mem, dtype=ctx.dtype)
+    dcur, dw, db = lif_backward(grad_spk, mem, weight, ctx.beta, ctx.threshold, ctx.slope,
+                                ctx.path)
     return dcur, dw, db, None, None, None, None
 
 

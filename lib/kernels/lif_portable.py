@@ -44,16 +44,19 @@ def surrogate(mem: torch.Tensor, threshold: float, slope: float) -> torch.Tensor
     return (mem - threshold).abs_().mul_(slope).add_(1.0).square_().reciprocal_()
 
 
-def weight_grads(dmem: torch.Tensor, spk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dW, db) summed over pixels and t >= 1 as one matmul: dU_t^T S_{t-1}, sum of dU_t."""
+def weight_grads(dmem: torch.Tensor, mem: torch.Tensor,
+                 threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dW, db) summed over pixels and t >= 1 as one matmul: dU_t^T S_{t-1}, sum of dU_t;
+    the spikes recomputed from the membranes (S = [U > thr]) rather than kept."""
     c = dmem.shape[-1]
     d = dmem[1:].reshape(-1, c)
-    return d.t().mm(spk[:-1].reshape(-1, c).to(d.dtype)), d.sum(0)
+    spk = (mem[:-1].reshape(-1, c) > threshold).to(d.dtype)
+    return d.t().mm(spk), d.sum(0)
 
 
 @torch.no_grad()
-def backward(grad: torch.Tensor, mem: torch.Tensor, spk: torch.Tensor, weight: torch.Tensor,
-             beta: float, threshold: float, slope: float):
+def backward(grad: torch.Tensor, mem: torch.Tensor, weight: torch.Tensor, beta: float,
+             threshold: float, slope: float):
     """(d cur, d weight, d bias) from the spikes' gradient `grad` (T, N, C) and what forward
     returned: dS_t = G_t + dU_{t+1} W, dU_t = dS_t sg_t + beta dU_{t+1}, dI_t = dU_t."""
     dt = mem.dtype
@@ -67,5 +70,5 @@ def backward(grad: torch.Tensor, mem: torch.Tensor, spk: torch.Tensor, weight: t
         torch.addmm(gs[t], ds[t + 1], w, out=scratch)
         torch.mul(scratch, sgs[t], out=ds[t])
         ds[t].add_(ds[t + 1], alpha=beta)
-    dw, db = weight_grads(dmem, spk)
+    dw, db = weight_grads(dmem, mem, threshold)
     return dmem.to(grad.dtype), dw.to(weight.dtype), db.to(weight.dtype)

@@ -1,8 +1,8 @@
 """The spiking recurrence as two Triton kernels (CUDA sm_70+, the T4 included): the forward
 loops over T inside one program per block of pixels, all C channels in registers; the backward
 loops over T in reverse. The recurrent weight's and bias's gradients are one torch matmul after
-the backward kernel (lif_portable.weight_grads). Same interface and saved tensors as
-lif_portable: spikes in the input's dtype, membranes in float32 for 16-bit inputs.
+the backward kernel (lif_portable.weight_grads). Same interface as lif_portable: spikes in
+the input's dtype, membranes (the one tensor saved) in float32 for 16-bit inputs.
 
 The membrane accumulates in float32 (float64 for float64 inputs, which only Triton's CPU
 interpreter runs: the tests hold this path to the reference at 1e-10 that way); tl.dot needs
@@ -101,8 +101,8 @@ def forward(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: f
     return spk, mem
 
 
-def backward(grad: torch.Tensor, mem: torch.Tensor, spk: torch.Tensor, weight: torch.Tensor,
-             beta: float, threshold: float, slope: float):
+def backward(grad: torch.Tensor, mem: torch.Tensor, weight: torch.Tensor, beta: float,
+             threshold: float, slope: float):
     """(d cur, d weight, d bias), as lif_portable.backward."""
     t, n, c = mem.shape
     dmem = torch.empty_like(mem)
@@ -112,5 +112,5 @@ def backward(grad: torch.Tensor, mem: torch.Tensor, spk: torch.Tensor, weight: t
     with _disable_current_modes():
         _backward_kernel[grid](grad, mem, weight, params, dmem, t, n, c, n * c, (t - 1) * n * c,
                                BLOCK_N=block_n, BLOCK_C=block_c)
-    dw, db = weight_grads(dmem, spk)
+    dw, db = weight_grads(dmem, mem, threshold)
     return dmem.to(grad.dtype), dw.to(weight.dtype), db.to(weight.dtype)

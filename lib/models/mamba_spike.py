@@ -237,10 +237,12 @@ def parameter_count(cfg: MambaSpikeConfig) -> int:
 
 # Bytes autograd keeps per recording and frame for the backward pass in float32, measured here
 # (the saved tensors of a training forward on the CPU, tests/test_mamba_spike_model.py): about
-# 375 per input pixel (the 32-channel spiking layers at full and half resolution: currents,
-# pooling, membranes, surrogate inputs), 18 per element of the last layer's spikes, and 180 per
-# inner channel of each Mamba block at d_state 16 (the parallel scan's states).
-BYTES_PER_PIXEL, BYTES_PER_SPIKE, BYTES_PER_INNER = 375, 18, 180
+# 328 per input pixel (the 32-channel spiking layers at full and half resolution: the convs'
+# inputs, pooling, the fused LIF op's float32 membranes, from which its backward recomputes the
+# spikes), 8 per element of the last layer's spikes (its membranes, the projection's input),
+# and 180 per inner channel of each Mamba block at d_state 16 (the parallel scan's states).
+# Before the fused op (issue 50) they were 375 and 18: snntorch kept each step's spikes too.
+BYTES_PER_PIXEL, BYTES_PER_SPIKE, BYTES_PER_INNER = 328, 8, 180
 
 
 def activation_bytes(cfg: MambaSpikeConfig, batch: int, frames: int) -> int:
