@@ -192,3 +192,24 @@ def test_bad_paths_and_inputs_name_the_fix(monkeypatch):
         lif_multistep(cur, w, b, 0.9, 0.0, 25.0)
     with pytest.raises(ConfigError, match="threshold=-1.0 must be > 0"):
         MambaSpikeConfig(threshold=-1.0)
+
+
+def test_under_autocast_the_op_keeps_its_own_precision():
+    """bf16 autocast (the project's half precision): bf16 currents in, bf16 spikes out, float32
+    membranes inside and float32 gradients for the float32 weights."""
+    torch.manual_seed(0)
+    layer = SpikingConv(2, 16, True, MambaSpikeConfig())
+    x = (torch.rand(2, 6, 2, 8, 8) < 0.3).float() * 3
+    grads = []
+    for backward_in_autocast in (False, True):  # a backward inside autocast changes nothing
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = layer(x)
+            if backward_in_autocast:
+                out.float().sum().backward()
+        if not backward_in_autocast:
+            out.float().sum().backward()
+        grads.append(layer.rec.weight.grad)
+        layer.zero_grad(set_to_none=True)
+    assert out.dtype == torch.bfloat16 and 0.05 < out.float().mean() < 0.9
+    assert grads[0].dtype == torch.float32 and grads[0].abs().sum() > 0
+    assert torch.equal(grads[0], grads[1])
