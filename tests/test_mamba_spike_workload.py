@@ -89,14 +89,14 @@ def test_model_is_the_preset_at_the_frame_size_with_overrides():
 
 def test_full_sensor_frames_where_they_fit_else_a_named_deviation():
     # the official DVS Gesture input: 128x128, 36.25 M parameters; at T = 500 and batch 16 its
-    # activations (~36 GB in half precision) exceed a 16 GB T4, so frames are halved ...
+    # activations (~28 GB in half precision) exceed a 16 GB T4, so frames are halved ...
     cfg = make(DATASET="dvsgesture")
     assert cfg.resolved_downsample() == 2 and cfg.model_config().input_hw == (64, 64)
-    assert cfg.full_size_gb() == pytest.approx(36.2, abs=0.1)
+    assert cfg.full_size_gb() == pytest.approx(27.9, abs=0.1)  # 36.2 before issue 50
     line = str(cfg).splitlines()[-1]
     assert line.startswith("  deviations from the official code: DOWNSAMPLE = 2: 64x64 frames, "
                            "not the official 128x128 (11.08 M parameters, not 36.25 M), because "
-                           "at T = 500 and batch 16 the official size needs about 36 GB of "
+                           "at T = 500 and batch 16 the official size needs about 28 GB of "
                            "activations, more than the 12 GB of a 16 GB device left for them; "
                            "DOWNSAMPLE = 1 with a smaller N_TIME_BINS or BATCH_SIZE trains it")
     assert "frames: 500 x 2 x 64 x 64; model: 11.08 M parameters" in str(cfg)

@@ -55,7 +55,7 @@ OFFICIAL = {"lr": 1e-3, "weight_decay": 1e-4, "clip_grad": 1.0, "denoise_us": 10
 OFFICIAL_EPOCHS = (100, 200)  # --epochs of train.py and of the per-dataset train_*.py scripts
 # DOWNSAMPLE = None keeps the sensors' full 128x128 frames (the official input) when a training
 # step's activations fit the device, else halves H and W, which quarters them. The official
-# DVS Gesture setting (T = 500, batch 16) needs ~36 GB in half precision at 128x128: more than
+# DVS Gesture setting (T = 500, batch 16) needs ~28 GB in half precision at 128x128: more than
 # the 16 GB of a T4, P100 or v5e chip (a Mac is assumed alike).
 DEFAULT_DOWNSAMPLE = {"nmnist": 1, "dvsgesture": 2, "cifar10dvs": 2}  # when 128x128 does not fit
 DEVICE_MEMORY_GB = 16.0
