@@ -12,8 +12,10 @@ Two variants of the same model, weights and batch:
 Columns: aten ops per training step (`lib.kernels.count.OpCount`, which counts inside the
 fused op), on the portable path and on the CUDA path (the Triton kernels under Triton's CPU
 interpreter, in a subprocess with TRITON_INTERPRET=1, each launch counted as one op; AdamW and
-clipping with foreach=True, as on CUDA); CPU seconds per step (process time, paired repeats in
-rotating order, median) and the ratio round five / now per repeat (median); peak MB, the
+clipping with foreach=True, as on CUDA; at batch 2 and 8 x 8 frames, where the count is the
+full size's and the interpreter takes seconds, not minutes); CPU seconds per step (process
+time, paired repeats in rotating order, median) and the ratio round five / now per repeat
+(median); peak MB, the
 largest total of live tensor storages during one step (`bench.bench_scan.PeakMemory`; the
 fused op's own per-step temporaries inside it are not seen, its outputs and saved tensors are).
 ``--frames`` and ``--batch`` change the size; ``--count-only`` prints the op counts alone.
@@ -45,11 +47,13 @@ from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig
 VARIANTS = ("round five", "now")
 
 
-def setup(batch: int, frames: int, seed: int = 0, foreach: bool | None = None):
-    """The N-MNIST model, a batch of ~N-MNIST density and its AdamW (foreach as given)."""
+def setup(batch: int, frames: int, seed: int = 0, foreach: bool | None = None,
+          hw: int = 34):
+    """The N-MNIST model (at `hw` x `hw` frames: 34 is N-MNIST's), a batch of ~N-MNIST
+    density and its AdamW (foreach as given)."""
     torch.manual_seed(seed)
-    model = MambaSpike(MambaSpikeConfig.preset("nmnist"))
-    x = (torch.rand(batch, frames, 2, 34, 34) < 0.05).to(torch.uint8)
+    model = MambaSpike(MambaSpikeConfig.preset("nmnist", input_hw=(hw, hw)))
+    x = (torch.rand(batch, frames, 2, hw, hw) < 0.05).to(torch.uint8)
     y = torch.randint(0, 10, (batch,))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4, foreach=foreach)
     return model, x, y, opt
@@ -82,10 +86,12 @@ def variant(model: MambaSpike, name: str):
             layer.__dict__.pop("forward", None)
 
 
-def step_ops(batch: int, frames: int, name: str = "now", foreach: bool | None = None) -> int:
+def step_ops(batch: int, frames: int, name: str = "now", foreach: bool | None = None,
+             hw: int = 34) -> int:
     """Aten ops of one training step after a first one (AdamW's state exists), on the LIF path
-    this process chooses (LIF_PATH_ENV)."""
-    model, x, y, opt = setup(batch, frames, foreach=foreach)
+    this process chooses (LIF_PATH_ENV). The count depends on T alone, not on the batch or
+    the frame size (`run` shows it): tests count at batch 1 and 8 x 8 frames."""
+    model, x, y, opt = setup(batch, frames, foreach=foreach, hw=hw)
     with variant(model, name):
         train_step(model, x, y, opt, foreach)
         with OpCount() as ops:
@@ -93,13 +99,13 @@ def step_ops(batch: int, frames: int, name: str = "now", foreach: bool | None = 
     return ops.n
 
 
-def cuda_path_ops(batch: int, frames: int) -> int:
+def cuda_path_ops(batch: int, frames: int, hw: int = 34) -> int:
     """`step_ops` on the CUDA path: the Triton kernels under the interpreter, foreach AdamW
     and clipping, in a subprocess (TRITON_INTERPRET must be set before triton is imported)."""
     env = {**os.environ, "TRITON_INTERPRET": "1", LIF_PATH_ENV: "triton",
            "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "bench.bench_mamba_spike", "--child", "--batch", str(batch),
-           "--frames", str(frames)]
+           "--frames", str(frames), "--hw", str(hw)]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode:
         raise RuntimeError(done.stderr[-2000:])
@@ -113,10 +119,13 @@ def count(batch: int, frames: int, cuda: bool = True) -> dict:
     try:
         out = {"round five ops": step_ops(batch, frames, "round five"),
                "portable ops": step_ops(batch, frames),
-               "portable ops, foreach": step_ops(batch, frames, foreach=True)}
+               "portable ops, foreach": step_ops(batch, frames, foreach=True),
+               "portable ops, foreach, batch 2 at 8x8": step_ops(2, frames, foreach=True, hw=8)}
     finally:
         os.environ.pop(LIF_PATH_ENV, None)
-    out["CUDA path ops"] = cuda_path_ops(batch, frames) if cuda else None
+    # at batch 2 and 8 x 8 frames: the interpreter takes minutes a step at full size, and the
+    # count is the same (the portable counts above and the one just before show it)
+    out["CUDA path ops"] = cuda_path_ops(2, frames, hw=8) if cuda else None
     return out
 
 
@@ -152,7 +161,8 @@ def report(res: dict) -> str:
              f"clipping); CPU s: median of {res.get('repeats', 0)} paired repeats", ""]
     lines.append(f"aten ops per step: round five {res['round five ops']:,}; now, portable path "
                  f"{res['portable ops']:,} ({res['portable ops, foreach']:,} with foreach "
-                 f"AdamW); now, CUDA path (Triton interpreted, foreach) "
+                 f"AdamW, {res['portable ops, foreach, batch 2 at 8x8']:,} so at batch 2, 8 x 8 "
+                 f"frames); now, CUDA path (Triton interpreted, foreach; batch 2, 8 x 8) "
                  f"{res['CUDA path ops'] or 'not counted'}")
     if "now CPU s" in res:
         per = " ".join(f"{r:.2f}" for r in res["ratios"])
@@ -169,12 +179,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--frames", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--hw", type=int, default=34, help=argparse.SUPPRESS)
     parser.add_argument("--count-only", action="store_true", help="the op counts alone")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.child:  # cuda_path_ops' subprocess: LIF path and interpreter set by the parent
-        print(json.dumps({"ops": step_ops(args.batch, args.frames, foreach=True)}))
+        print(json.dumps({"ops": step_ops(args.batch, args.frames, foreach=True, hw=args.hw)}))
         return
     start = time.perf_counter()
     if args.count_only:
