@@ -18,7 +18,10 @@ time, paired repeats in rotating order, median) and the ratio round five / now p
 (median); peak MB, the
 largest total of live tensor storages during one step (`bench.bench_scan.PeakMemory`; the
 fused op's own per-step temporaries inside it are not seen, its outputs and saved tensors are).
-``--frames`` and ``--batch`` change the size; ``--count-only`` prints the op counts alone.
+``--frames`` and ``--batch`` change the size; ``--count-only`` prints the op counts alone;
+``--max-grad`` prints the largest |gradient| of an fp32 step instead (the parameters', and of
+every tensor the backward pass makes that scales with the loss: found by running it for the
+loss and for 2 x the loss), what sets fp16's first loss scale (`GRAD_SCALE` of the workload).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ import types
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from bench.bench_scan import PeakMemory
 from bench.bench_spiking import snntorch_forward
@@ -155,6 +160,38 @@ def run(batch: int = 16, frames: int = 300, repeats: int = 3, cuda: bool = True)
     return res
 
 
+class _Maxes(TorchDispatchMode):
+    """The max |value| of each floating-point tensor every op makes, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: list[float] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
+                self.values.append(t.detach().abs().max().item())
+        return out
+
+
+def max_grad(batch: int, frames: int, seed: int = 0) -> dict:
+    """Largest |gradient| of one fp32 step: of the parameters, and of any tensor in the
+    backward pass that doubles when the loss does (a gradient, scaled by a GradScaler)."""
+    model, x, y, _ = setup(batch, frames, seed)
+    loss = F.cross_entropy(model(x), y)
+    with _Maxes() as once:
+        loss.backward(retain_graph=True)
+    params = max(p.grad.abs().max().item() for p in model.parameters())
+    model.zero_grad(set_to_none=True)  # the same ops again (no accumulation into .grad)
+    with _Maxes() as twice:
+        loss.backward(torch.tensor(2.0))  # the same ops as the first, from 2 x the loss
+    grads = [a for a, b in zip(once.values, twice.values, strict=True)
+             if a > 0 and abs(b / a - 2) < 1e-3]
+    return {"batch": batch, "frames": frames, "seed": seed, "params": params,
+            "backward": max(grads)}
+
+
 def report(res: dict) -> str:
     lines = [f"torch {torch.__version__}, 1 thread, load average {load_average()}; N-MNIST "
              f"preset, batch {res['batch']}, T = {res['frames']}; one training step (AdamW + "
@@ -181,6 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hw", type=int, default=34, help=argparse.SUPPRESS)
     parser.add_argument("--count-only", action="store_true", help="the op counts alone")
+    parser.add_argument("--max-grad", type=int, default=0, metavar="SEEDS",
+                        help="largest |gradient| of an fp32 step, for this many seeds")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -188,6 +227,13 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({"ops": step_ops(args.batch, args.frames, foreach=True, hw=args.hw)}))
         return
     start = time.perf_counter()
+    if args.max_grad:
+        for seed in range(args.max_grad):
+            r = max_grad(args.batch, args.frames, seed)
+            print(f"batch {r['batch']}, T = {r['frames']}, seed {seed}: max |grad| of the "
+                  f"parameters {r['params']:.3g}, of any gradient in the backward pass "
+                  f"{r['backward']:.3g}", flush=True)
+        return
     if args.count_only:
         res = {"batch": args.batch, "frames": args.frames, **count(args.batch, args.frames)}
     else:
