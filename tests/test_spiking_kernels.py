@@ -167,7 +167,8 @@ def test_the_dispatch_rule(monkeypatch):
     assert choose_path(cpu) == "portable" and choose_path(torch.device("xla")) == "reference"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (7, 5))  # a T4
     monkeypatch.setattr(lif_module, "triton_available", lambda: True)
-    assert choose_path(cuda) == "triton"
+    assert choose_path(cuda) == "triton" and choose_path(cuda, dtype=torch.bfloat16) == "triton"
+    assert choose_path(cuda, dtype=torch.float64) == "portable"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (6, 0))  # a P100
     assert choose_path(cuda) == "portable"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (8, 0))
