@@ -107,6 +107,7 @@ def interpreted() -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow  # the interpreter's subprocess: about 10 s, once per module
 @pytest.mark.parametrize("case", OP_CASES)
 def test_the_triton_op_equals_the_reference_in_float64(interpreted, case):
     r = interpreted["op"][case]
@@ -114,17 +115,20 @@ def test_the_triton_op_equals_the_reference_in_float64(interpreted, case):
     assert max(r["cur"], r["weight"], r["bias"]) < EXACT, r
 
 
+@pytest.mark.slow  # the interpreter's subprocess: about 10 s, once per module
 @pytest.mark.parametrize("case", LAYER_CASES)
 def test_the_triton_layer_equals_the_reference_in_float64(interpreted, case):
     r = interpreted["layer"][case]
     assert r["spikes_equal"] and len(r["grads"]) == 5 and max(r["grads"]) < EXACT, r
 
 
+@pytest.mark.slow  # the interpreter's subprocess: about 10 s, once per module
 @pytest.mark.parametrize("dtype", HALF)
 def test_the_triton_op_in_16_bits_is_within_the_stated_tolerance(interpreted, dtype):
     _assert_half(interpreted["half"][dtype], dtype)
 
 
+@pytest.mark.slow  # the interpreter's subprocess: about 10 s, once per module
 def test_the_triton_front_end_runs_the_same_ops_whatever_t(interpreted):
     """One forward and one backward launch per layer: nothing per step (counted on the CPU
     through the interpreter, the launches standing for their kernels)."""

@@ -68,7 +68,7 @@ def _kernels(path: str):
 
 
 def _forward(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: float,
-                threshold: float, slope: float, path: str) -> tuple[torch.Tensor, torch.Tensor]:
+             threshold: float, slope: float, path: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(spikes in cur's dtype, membranes in float32 for 16-bit cur, else cur's dtype)."""
     with torch.autocast(cur.device.type, enabled=False):  # the op picks its own precision
         return _kernels(path).forward(cur, weight, bias, beta, threshold)
@@ -123,8 +123,9 @@ lif_forward.register_autograd(_backward, setup_context=_setup_context)
 
 def lif_multistep(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: float,
                   threshold: float, slope: float, path: str | None = None) -> torch.Tensor:
-    """Spikes (T, N, C) in cur's dtype of the LIF recurrence (module docstring); `path` forces
-    a kernel (PATHS), None lets `choose_path` pick by device."""
+    """Spikes (T, N, C) in cur's dtype of the LIF recurrence (module docstring), beta in
+    [0, 1] (the caller's config checks it), threshold > 0; `path` forces a kernel (PATHS), None
+    lets `choose_path` pick by device and dtype."""
     if cur.dim() != 3 or weight.shape != (cur.shape[2], cur.shape[2]) or bias.shape != (
             cur.shape[2],):
         raise ConfigError(f"lif_multistep got currents {tuple(cur.shape)}, weight "
