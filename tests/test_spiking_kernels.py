@@ -218,3 +218,19 @@ def test_under_autocast_the_op_keeps_its_own_precision():
     assert out.dtype == torch.bfloat16 and 0.05 < out.float().mean() < 0.9
     assert grads[0].dtype == torch.float32 and grads[0].abs().sum() > 0
     assert torch.equal(grads[0], grads[1])
+
+
+@pytest.mark.slow  # torch's four registration checks trace the op several times: a few seconds
+def test_the_ops_pass_torchs_custom_op_checks():
+    """Schema, fake (meta) outputs of the right shapes and dtypes, the autograd registration
+    and AOT dispatch with dynamic shapes: what torch.compile relies on."""
+    from lib.kernels.lif import lif_backward, lif_forward
+
+    cur, w, b, beta, thr, grad = op_inputs("odd", torch.float32)
+    cur, w, b = (x.float().requires_grad_() for x in (cur, w, b))
+    ok = {k: "SUCCESS" for k in ("test_schema", "test_autograd_registration",
+                                 "test_faketensor", "test_aot_dispatch_dynamic")}
+    assert torch.library.opcheck(lif_forward, (cur, w, b, beta, thr, 25.0, "portable")) == ok
+    mem = lif_forward(cur, w, b, beta, thr, 25.0, "portable")[1].detach()
+    assert torch.library.opcheck(lif_backward, (grad.float(), mem, w.detach(), beta, thr, 25.0,
+                                                "portable")) == ok
