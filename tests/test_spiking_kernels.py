@@ -107,6 +107,7 @@ def interpreted() -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow  # the interpreter's subprocess: about 10 s, once per module
 @pytest.mark.parametrize("case", OP_CASES)
 def test_the_triton_op_equals_the_reference_in_float64(interpreted, case):
     r = interpreted["op"][case]
@@ -114,17 +115,20 @@ def test_the_triton_op_equals_the_reference_in_float64(interpreted, case):
     assert max(r["cur"], r["weight"], r["bias"]) < EXACT, r
 
 
+@pytest.mark.slow  # the interpreter's subprocess: about 10 s, once per module
 @pytest.mark.parametrize("case", LAYER_CASES)
 def test_the_triton_layer_equals_the_reference_in_float64(interpreted, case):
     r = interpreted["layer"][case]
     assert r["spikes_equal"] and len(r["grads"]) == 5 and max(r["grads"]) < EXACT, r
 
 
+@pytest.mark.slow  # the interpreter's subprocess: about 10 s, once per module
 @pytest.mark.parametrize("dtype", HALF)
 def test_the_triton_op_in_16_bits_is_within_the_stated_tolerance(interpreted, dtype):
     _assert_half(interpreted["half"][dtype], dtype)
 
 
+@pytest.mark.slow  # the interpreter's subprocess: about 10 s, once per module
 def test_the_triton_front_end_runs_the_same_ops_whatever_t(interpreted):
     """One forward and one backward launch per layer: nothing per step (counted on the CPU
     through the interpreter, the launches standing for their kernels)."""
@@ -167,7 +171,8 @@ def test_the_dispatch_rule(monkeypatch):
     assert choose_path(cpu) == "portable" and choose_path(torch.device("xla")) == "reference"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (7, 5))  # a T4
     monkeypatch.setattr(lif_module, "triton_available", lambda: True)
-    assert choose_path(cuda) == "triton"
+    assert choose_path(cuda) == "triton" and choose_path(cuda, dtype=torch.bfloat16) == "triton"
+    assert choose_path(cuda, dtype=torch.float64) == "portable"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (6, 0))  # a P100
     assert choose_path(cuda) == "portable"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (8, 0))
@@ -213,3 +218,19 @@ def test_under_autocast_the_op_keeps_its_own_precision():
     assert out.dtype == torch.bfloat16 and 0.05 < out.float().mean() < 0.9
     assert grads[0].dtype == torch.float32 and grads[0].abs().sum() > 0
     assert torch.equal(grads[0], grads[1])
+
+
+@pytest.mark.slow  # torch's four registration checks trace the op several times: a few seconds
+def test_the_ops_pass_torchs_custom_op_checks():
+    """Schema, fake (meta) outputs of the right shapes and dtypes, the autograd registration
+    and AOT dispatch with dynamic shapes: what torch.compile relies on."""
+    from lib.kernels.lif import lif_backward, lif_forward
+
+    cur, w, b, beta, thr, grad = op_inputs("odd", torch.float32)
+    cur, w, b = (x.float().requires_grad_() for x in (cur, w, b))
+    ok = {k: "SUCCESS" for k in ("test_schema", "test_autograd_registration",
+                                 "test_faketensor", "test_aot_dispatch_dynamic")}
+    assert torch.library.opcheck(lif_forward, (cur, w, b, beta, thr, 25.0, "portable")) == ok
+    mem = lif_forward(cur, w, b, beta, thr, 25.0, "portable")[1].detach()
+    assert torch.library.opcheck(lif_backward, (grad.float(), mem, w.detach(), beta, thr, 25.0,
+                                                "portable")) == ok

@@ -37,9 +37,11 @@ def triton_available() -> bool:
     return True
 
 
-def choose_path(device: torch.device, path: str | None = None) -> str:
-    """The kernel for tensors on `device`: `path` or LIF_PATH_ENV if set (not "auto"), else
-    triton on CUDA with compute capability >= 7.0, reference on XLA, portable elsewhere."""
+def choose_path(device: torch.device, path: str | None = None,
+                dtype: torch.dtype = torch.float32) -> str:
+    """The kernel for `dtype` tensors on `device`: `path` or LIF_PATH_ENV if set (not "auto"),
+    else triton on CUDA with compute capability >= 7.0 (float64 aside: few GPUs have fast
+    float64 dots), reference on XLA, portable elsewhere."""
     path = path or os.environ.get(LIF_PATH_ENV) or "auto"
     if path not in PATHS:
         raise ConfigError(f"{LIF_PATH_ENV}={path!r} is not one of {PATHS}; unset it or use "
@@ -51,8 +53,8 @@ def choose_path(device: torch.device, path: str | None = None) -> str:
         return path
     if device.type == "xla":
         return "reference"
-    if (device.type == "cuda" and torch.cuda.get_device_capability(device) >= (7, 0)
-            and triton_available()):
+    if (device.type == "cuda" and dtype != torch.float64
+            and torch.cuda.get_device_capability(device) >= (7, 0) and triton_available()):
         return "triton"
     return "portable"
 
@@ -66,9 +68,10 @@ def _kernels(path: str):
 
 
 def _forward(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: float,
-                threshold: float, slope: float, path: str) -> tuple[torch.Tensor, torch.Tensor]:
+             threshold: float, slope: float, path: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(spikes in cur's dtype, membranes in float32 for 16-bit cur, else cur's dtype)."""
-    return _kernels(path).forward(cur, weight, bias, beta, threshold)
+    with torch.autocast(cur.device.type, enabled=False):  # the op picks its own precision
+        return _kernels(path).forward(cur, weight, bias, beta, threshold)
 
 
 lif_forward = torch.library.custom_op("train_anywhere::lif_forward", _forward, mutates_args=())
@@ -85,7 +88,8 @@ def _backward_op(grad: torch.Tensor, mem: torch.Tensor, weight: torch.Tensor, be
                  path: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(d cur, d weight, d bias) given the spikes' gradient and the membranes lif_forward
     returned (the only tensor saved: spikes are [U > thr], recomputed)."""
-    return _kernels(path).backward(grad, mem, weight, beta, threshold, slope)
+    with torch.autocast(mem.device.type, enabled=False):
+        return _kernels(path).backward(grad, mem, weight, beta, threshold, slope)
 
 
 lif_backward = torch.library.custom_op("train_anywhere::lif_backward", _backward_op,
@@ -119,8 +123,9 @@ lif_forward.register_autograd(_backward, setup_context=_setup_context)
 
 def lif_multistep(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: float,
                   threshold: float, slope: float, path: str | None = None) -> torch.Tensor:
-    """Spikes (T, N, C) in cur's dtype of the LIF recurrence (module docstring); `path` forces
-    a kernel (PATHS), None lets `choose_path` pick by device."""
+    """Spikes (T, N, C) in cur's dtype of the LIF recurrence (module docstring), beta in
+    [0, 1] (the caller's config checks it), threshold > 0; `path` forces a kernel (PATHS), None
+    lets `choose_path` pick by device and dtype."""
     if cur.dim() != 3 or weight.shape != (cur.shape[2], cur.shape[2]) or bias.shape != (
             cur.shape[2],):
         raise ConfigError(f"lif_multistep got currents {tuple(cur.shape)}, weight "
@@ -129,7 +134,7 @@ def lif_multistep(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, b
     if threshold <= 0:
         raise ConfigError(f"threshold={threshold} must be > 0 (the reset at t = 0 assumes "
                           "U_-1 = 0 is below it); use a positive threshold such as 1.0.")
-    kind = choose_path(cur.device, path)
+    kind = choose_path(cur.device, path, cur.dtype)
     if kind == "reference":
         return lif_reference(cur, weight, bias, beta, threshold, slope)
     return lif_forward(cur, weight, bias, float(beta), float(threshold), float(slope), kind)[0]

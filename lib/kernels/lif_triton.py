@@ -8,8 +8,9 @@ The membrane accumulates in float32 (float64 for float64 inputs, which only Trit
 interpreter runs: the tests hold this path to the reference at 1e-10 that way); tl.dot needs
 every dimension >= 16, so channels are padded to a power of two >= 16 by masked loads (C = 2,
 odd C: zeros that never spike and carry no weight), and the dot runs at IEEE precision, not
-TF32: spikes are exact in any dtype, the weight keeps its bits. beta, thr and slope come in a
-small tensor of the compute dtype, since Triton passes Python floats as float32.
+TF32: spikes are exact in any dtype, the weight keeps its bits. beta, thr and slope are
+compile-time constants (a model has one set; Triton would pass run-time floats as float32, and
+a tensor of them would cost a host-to-device copy per call).
 """
 
 from __future__ import annotations
@@ -23,14 +24,13 @@ from lib.kernels.lif_portable import compute_dtype, weight_grads
 
 
 @triton.jit
-def _forward_kernel(cur_ptr, w_ptr, b_ptr, p_ptr, spk_ptr, mem_ptr, T, N, C, step,
-                    BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+def _forward_kernel(cur_ptr, w_ptr, b_ptr, spk_ptr, mem_ptr, T, N, C, step, beta: tl.constexpr,
+                    thr: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_C)
     mask = (rows[:, None] < N) & (cols[None, :] < C)
     offs = rows[:, None] * C + cols[None, :]
     acc = mem_ptr.dtype.element_ty
-    beta, thr = tl.load(p_ptr), tl.load(p_ptr + 1)
     # W^T (C_in, C_out): row i, column o holds W[o, i]; padding is zero
     wt = tl.load(w_ptr + cols[None, :] * C + cols[:, None],
                  mask=(cols[:, None] < C) & (cols[None, :] < C), other=0.0).to(acc)
@@ -53,14 +53,14 @@ def _forward_kernel(cur_ptr, w_ptr, b_ptr, p_ptr, spk_ptr, mem_ptr, T, N, C, ste
 
 
 @triton.jit
-def _backward_kernel(grad_ptr, mem_ptr, w_ptr, p_ptr, dmem_ptr, T, N, C, step, last,
-                     BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+def _backward_kernel(grad_ptr, mem_ptr, w_ptr, dmem_ptr, T, N, C, step, last, beta: tl.constexpr,
+                     thr: tl.constexpr, slope: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_C: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_C)
     mask = (rows[:, None] < N) & (cols[None, :] < C)
     offs = rows[:, None] * C + cols[None, :] + last  # start at t = T - 1
     acc = mem_ptr.dtype.element_ty
-    beta, thr, slope = tl.load(p_ptr), tl.load(p_ptr + 1), tl.load(p_ptr + 2)
     # W (C_out, C_in) as stored: dS_t = G_t + dU_{t+1} W
     w = tl.load(w_ptr + cols[:, None] * C + cols[None, :],
                 mask=(cols[:, None] < C) & (cols[None, :] < C), other=0.0).to(acc)
@@ -75,15 +75,13 @@ def _backward_kernel(grad_ptr, mem_ptr, w_ptr, p_ptr, dmem_ptr, T, N, C, step, l
         offs -= step
 
 
-def _launch(n: int, c: int) -> tuple[tuple[int], int, int]:
-    """(grid, BLOCK_N, BLOCK_C): all channels per program, fewer pixels when they are many."""
+def _launch(n: int, c: int) -> tuple[tuple[int], dict]:
+    """(grid, block sizes and warps): all channels per program, fewer pixels and more warps
+    when channels are many (a 128x128 weight held in registers). Untuned: no GPU measured it."""
     block_c = max(16, triton.next_power_of_2(c))
     block_n = 32 if block_c >= 128 else 64
-    return (triton.cdiv(n, block_n),), block_n, block_c
-
-
-def _params(like: torch.Tensor, *values: float) -> torch.Tensor:
-    return torch.tensor(values, dtype=like.dtype, device=like.device)
+    return (triton.cdiv(n, block_n),), dict(BLOCK_N=block_n, BLOCK_C=block_c,
+                                            num_warps=8 if block_c >= 128 else 4)
 
 
 def forward(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: float,
@@ -93,11 +91,11 @@ def forward(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: f
     cur = cur.contiguous()
     spk = torch.empty_like(cur)
     mem = torch.empty_like(cur, dtype=compute_dtype(cur.dtype))
-    weight, bias, params = weight.contiguous(), bias.contiguous(), _params(mem, beta, threshold)
-    grid, block_n, block_c = _launch(n, c)
+    weight, bias = weight.contiguous(), bias.contiguous()
+    grid, sizes = _launch(n, c)
     with _disable_current_modes():  # a launch is no aten op; the interpreter's copies aren't
-        _forward_kernel[grid](cur, weight, bias, params, spk, mem, t, n, c, n * c,
-                              BLOCK_N=block_n, BLOCK_C=block_c)
+        _forward_kernel[grid](cur, weight, bias, spk, mem, t, n, c, n * c, beta, threshold,
+                              **sizes)
     return spk, mem
 
 
@@ -106,11 +104,10 @@ def backward(grad: torch.Tensor, mem: torch.Tensor, weight: torch.Tensor, beta: 
     """(d cur, d weight, d bias), as lif_portable.backward."""
     t, n, c = mem.shape
     dmem = torch.empty_like(mem)
-    grid, block_n, block_c = _launch(n, c)
-    grad, weight, params = grad.contiguous(), weight.contiguous(), _params(mem, beta, threshold,
-                                                                          slope)
+    grid, sizes = _launch(n, c)
+    grad, weight = grad.contiguous(), weight.contiguous()
     with _disable_current_modes():
-        _backward_kernel[grid](grad, mem, weight, params, dmem, t, n, c, n * c, (t - 1) * n * c,
-                               BLOCK_N=block_n, BLOCK_C=block_c)
+        _backward_kernel[grid](grad, mem, weight, dmem, t, n, c, n * c, (t - 1) * n * c, beta,
+                               threshold, slope, **sizes)
     dw, db = weight_grads(dmem, mem, threshold)
     return dmem.to(grad.dtype), dw.to(weight.dtype), db.to(weight.dtype)
