@@ -200,7 +200,7 @@ def report(res: dict) -> str:
                  f"{res['portable ops']:,} ({res['portable ops, foreach']:,} with foreach "
                  f"AdamW, {res['portable ops, foreach, batch 2 at 8x8']:,} so at batch 2, 8 x 8 "
                  f"frames); now, CUDA path (Triton interpreted, foreach; batch 2, 8 x 8) "
-                 f"{res['CUDA path ops'] or 'not counted'}")
+                 + (f"{res['CUDA path ops']:,}" if res["CUDA path ops"] else "not counted"))
     if "now CPU s" in res:
         per = " ".join(f"{r:.2f}" for r in res["ratios"])
         lines += [f"CPU s per step: round five {res['round five CPU s']:.2f}, now "

@@ -62,7 +62,7 @@ DEVICE_MEMORY_GB = 16.0
 ACTIVATION_SHARE = 0.75  # of it for activations; weights, AdamW state and workspaces the rest
 HALF_PRECISION = 0.5  # fp16 / bf16 autocast keeps activations in 2 bytes, not float32's 4
 LR_FLOOR = 0.01  # cosine decays to this fraction of LR
-# fp16's first loss scale: |grad| reaches 3.7-4.9 (fp32 on the CPU) and 8-16 (the H100 kit's fp16
+# fp16's first loss scale: |grad| reaches up to 4.9 (fp32 on the CPU) and 8-16 (the H100 kit's fp16
 # skipped 2**16..2**13), over 65,504 / 2**16; 2**10 fits up to 64 (BENCHMARKS.md, round six)
 GRAD_SCALE = 2.0**10
 SPLIT_SEED = 42  # the official CIFAR10-DVS 90/10 split
