@@ -92,25 +92,27 @@ def variant(model: MambaSpike, name: str):
 
 
 def step_ops(batch: int, frames: int, name: str = "now", foreach: bool | None = None,
-             hw: int = 34) -> int:
+             hw: int = 34, warm: bool = True) -> int:
     """Aten ops of one training step after a first one (AdamW's state exists), on the LIF path
-    this process chooses (LIF_PATH_ENV). The count depends on T alone, not on the batch or
-    the frame size (`run` shows it): tests count at batch 1 and 8 x 8 frames."""
+    this process chooses (LIF_PATH_ENV); with `warm` False, of the first step (which also
+    creates AdamW's state: an upper bound of every later step's). The count depends on T
+    alone, not on the batch (from 2) or the frame size: tests count at batch 2, 8 x 8."""
     model, x, y, opt = setup(batch, frames, foreach=foreach, hw=hw)
     with variant(model, name):
-        train_step(model, x, y, opt, foreach)
+        if warm:
+            train_step(model, x, y, opt, foreach)
         with OpCount() as ops:
             train_step(model, x, y, opt, foreach)
     return ops.n
 
 
-def cuda_path_ops(batch: int, frames: int, hw: int = 34) -> int:
+def cuda_path_ops(batch: int, frames: int, hw: int = 34, warm: bool = True) -> int:
     """`step_ops` on the CUDA path: the Triton kernels under the interpreter, foreach AdamW
     and clipping, in a subprocess (TRITON_INTERPRET must be set before triton is imported)."""
     env = {**os.environ, "TRITON_INTERPRET": "1", LIF_PATH_ENV: "triton",
            "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "bench.bench_mamba_spike", "--child", "--batch", str(batch),
-           "--frames", str(frames), "--hw", str(hw)]
+           "--frames", str(frames), "--hw", str(hw)] + ([] if warm else ["--first"])
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode:
         raise RuntimeError(done.stderr[-2000:])
@@ -217,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--frames", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hw", type=int, default=34, help=argparse.SUPPRESS)
+    parser.add_argument("--first", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--count-only", action="store_true", help="the op counts alone")
     parser.add_argument("--max-grad", type=int, default=0, metavar="SEEDS",
                         help="largest |gradient| of an fp32 step, for this many seeds")
@@ -224,7 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.child:  # cuda_path_ops' subprocess: LIF path and interpreter set by the parent
-        print(json.dumps({"ops": step_ops(args.batch, args.frames, foreach=True, hw=args.hw)}))
+        print(json.dumps({"ops": step_ops(args.batch, args.frames, foreach=True, hw=args.hw,
+                                          warm=not args.first)}))
         return
     start = time.perf_counter()
     if args.max_grad:
