@@ -14,7 +14,8 @@ the LIF recurrence) with a random output gradient, per variant:
 
 Columns: aten ops (lib/kernels.count.OpCount, which counts inside the fused op), process
 CPU seconds (median of the paired repeats, order rotating) and the ratio to the baseline in the
-same repeat, bytes autograd saves for the backward, and the peak resident memory the forward +
+same repeat, the same for the LIF recurrence alone (from precomputed currents, the op's layout
+copies included), bytes autograd saves for the backward, and the peak resident memory the forward +
 backward adds (each variant in a fresh subprocess: its peak resident size, reset just before
 with /proc/self/clear_refs, less its resident size then; Linux).
 """
@@ -30,9 +31,10 @@ import time
 import types
 
 import torch
+from einops import rearrange
 
 from bench.common import ROOT, load_average, median
-from lib.kernels import LIF_PATH_ENV
+from lib.kernels import LIF_PATH_ENV, lif_multistep
 from lib.kernels.count import OpCount
 from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig, SpikingConv
 
@@ -68,6 +70,36 @@ def setup(batch: int, frames: int, seed: int = 0):
 def frontend_pass(model: MambaSpike, x: torch.Tensor) -> None:
     out = model.frontend(x)
     out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(0)))
+
+
+def layer_currents(model: MambaSpike, x: torch.Tensor) -> list[torch.Tensor]:
+    """Each front-end layer's feed-forward currents (B, T, C, H, W), detached."""
+    out = []
+    with torch.no_grad():
+        for layer in model.frontend.layers:
+            out.append(layer.currents(x))
+            x = layer(x)
+    return out
+
+
+def recurrence_pass(model: MambaSpike, currents: list[torch.Tensor], variant: str) -> None:
+    """The LIF recurrence alone, forward + backward, from precomputed currents: the old loop
+    on (B, T, C, H, W) as it ran, the op with its layout copies in and out."""
+    for layer, cur in zip(model.frontend.layers, currents, strict=True):
+        cur = cur.detach().requires_grad_()
+        if variant == "snntorch loop":
+            mem, spk, spikes = torch.zeros_like(cur[:, 0]), None, []
+            for cur_t in cur.unbind(1):
+                spk, mem = layer.step(cur_t, spk, mem)
+                spikes.append(spk)
+            out = torch.stack(spikes, dim=1)
+        else:
+            b, _, _, h, w = cur.shape
+            out = rearrange(lif_multistep(rearrange(cur, "b t c h w -> t (b h w) c"),
+                                          layer.rec.weight.flatten(1), layer.rec.bias,
+                                          layer.beta, layer.threshold, layer.slope),
+                            "t (b h w) c -> b t c h w", b=b, h=h, w=w)
+        out.backward(torch.ones_like(out))
 
 
 def ops(model, x, step: bool) -> dict:
@@ -136,8 +168,9 @@ def run(batch: int = 16, frames: int = 300, repeats: int = 3, step: bool = False
         triton: bool = True, memory: bool = True) -> dict:
     torch.set_num_threads(1)
     args = argparse.Namespace(batch=batch, frames=frames, step=step)
-    rows = {v: {"variant": v, "cpu_s": []} for v in VARIANTS}
+    rows = {v: {"variant": v, "cpu_s": [], "lif_cpu_s": []} for v in VARIANTS}
     model, x = setup(batch, frames)
+    currents = layer_currents(model, x)
     for v in VARIANTS:
         use(model, v)
         rows[v].update(ops(model, x, step), saved_bytes=saved_bytes(model, x))
@@ -148,10 +181,16 @@ def run(batch: int = 16, frames: int = 300, repeats: int = 3, step: bool = False
             t0 = time.process_time()
             frontend_pass(model, x)
             rows[v]["cpu_s"].append(time.process_time() - t0)
-    base = rows["snntorch loop"]["cpu_s"]
+            t0 = time.process_time()
+            recurrence_pass(model, currents, v)
+            rows[v]["lif_cpu_s"].append(time.process_time() - t0)
+    base, lif_base = rows["snntorch loop"]["cpu_s"], rows["snntorch loop"]["lif_cpu_s"]
     for row in rows.values():
         row["ratio"] = median([b / s for b, s in zip(base, row["cpu_s"], strict=True)])
         row["cpu_s_median"] = median(row["cpu_s"])
+        row["lif_ratio"] = median([b / s for b, s in zip(lif_base, row["lif_cpu_s"],
+                                                         strict=True)])
+        row["lif_cpu_s_median"] = median(row["lif_cpu_s"])
         if memory:
             row.update(_in_child(row["variant"], args))
     out = list(rows.values())
@@ -167,7 +206,7 @@ def report(res: dict) -> str:
              f"(3 SpikingConv layers), batch {res['batch']}, T = {res['frames']}, forward + "
              f"backward; CPU s: median of {res['repeats']} paired repeats", "",
              f"{'variant':<16}{'aten ops':>10}{'step ops':>10}{'CPU s':>8}{'base/this':>10}"
-             f"{'saved MB':>10}{'peak MB':>9}"]
+             f"{'LIF CPU s':>10}{'base/this':>10}{'saved MB':>10}{'peak MB':>9}"]
 
     def cell(r, key, fmt, width, scale=1):
         value = "-" if key not in r else format(r[key] / scale if scale != 1 else r[key], fmt)
@@ -176,7 +215,8 @@ def report(res: dict) -> str:
     for r in res["rows"]:
         lines.append(f"{r['variant']:<16}{cell(r, 'frontend_ops', ',', 10)}"
                      f"{cell(r, 'step_ops', ',', 10)}{cell(r, 'cpu_s_median', '.2f', 8)}"
-                     f"{cell(r, 'ratio', '.2f', 10)}{cell(r, 'saved_bytes', '.0f', 10, 2**20)}"
+                     f"{cell(r, 'ratio', '.2f', 10)}{cell(r, 'lif_cpu_s_median', '.2f', 10)}"
+                     f"{cell(r, 'lif_ratio', '.2f', 10)}{cell(r, 'saved_bytes', '.0f', 10, 2**20)}"
                      f"{cell(r, 'peak_added', '.0f', 9, 2**20)}")
     return "\n".join(lines)
 

@@ -268,3 +268,22 @@ def test_accumulation_bench_times_every_split_of_one_global_batch():
         (1, 8, False), (2, 4, False), (4, 2, False), (8, 1, False), (1, 8, True)]
     assert cnn[0]["ratio"] == 1.0 and all(r["s_per_sample"] > 0 for r in cnn)
     assert "| the CPU (fp32) | Fashion-MNIST CNN | 8 | 8 | 1 |" in bench_accumulation.table(rows)
+
+
+def test_spiking_bench_rows_count_ops_inside_the_fused_op(monkeypatch):
+    """bench_spiking at a tiny size: every variant, the baseline's ratio 1, and the portable
+    path counted inside its op, fewer than the loop it replaced."""
+    from bench import bench_spiking
+    from lib.kernels import LIF_PATH_ENV
+
+    monkeypatch.setenv(LIF_PATH_ENV, "auto")  # the bench sets it per variant: restored after
+
+    res = bench_spiking.run(batch=1, frames=4, repeats=1, step=False, triton=False,
+                            memory=False)
+    rows = {r["variant"]: r for r in res["rows"]}
+    assert list(rows) == list(bench_spiking.VARIANTS)
+    assert rows["snntorch loop"]["ratio"] == 1 and all(positive(r["cpu_s_median"])
+                                                      for r in rows.values())
+    assert rows["portable"]["frontend_ops"] < rows["snntorch loop"]["frontend_ops"]
+    assert all(r["saved_bytes"] > 0 for r in rows.values())
+    assert "portable" in bench_spiking.report(res)
