@@ -24,9 +24,9 @@ ScanFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 # Steps fused per level of the scan, and the length solved step by step. A level of radix k
 # dispatches 3k + 4 ops and divides L by k; a short sequence costs L + 3 ops step by step.
-# Radix 5 with the last <= 20 steps in sequence: 123 ops forward + backward at L = 300 (the
-# presets' L = 100, 300, 500 divide by 5 twice, so nothing is left over), 141 at radix 4,
-# 512 for a whole Mamba block before vs 273 now (`python -m bench.bench_scan --ops`).
+# Radix 5 with the last <= 20 steps in sequence: 124 ops forward + backward at L = 300 (the
+# presets' L = 100, 300, 500 divide by 5 twice, so nothing is left over), 364 at radix 2; a
+# whole Mamba block's 514 before, 274 now (`python -m bench.bench_scan --ops`).
 RADIX, SEQUENTIAL_UPTO = 5, 20
 
 
