@@ -32,8 +32,8 @@ EXTERNAL = {"scan": ("bench_scan", "Mamba selective scan: parallel vs sequential
             "seg": ("bench_seg", "MSHNet SLS loss and metrics: vectorised vs per-sample"),
             "device_data": ("bench_device_data", "Input pipeline on the device: host work per "
                             "batch, host capacity / GPU demand"),
-            "mamba_spike": ("bench_mamba_spike", "Mamba-Spike training step: split, and the "
-                            "front-end loop before/after"),
+            "mamba_spike": ("bench_mamba_spike", "Mamba-Spike training step: round five vs "
+                            "now (aten ops, CPU time, memory)"),
             "compile": ("bench_compile", "torch.compile vs eager, each workload on the CPU"),
             "opens": ("bench_opens", "Data where it is fast: files opened per epoch, and epoch "
                       "time on the Drive stand-in / local disk"),

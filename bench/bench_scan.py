@@ -10,6 +10,11 @@ L, and >= 10x the official-style loop at L = 300. Times are the best of the repe
 least disturbed by other processes). Peak memory is the largest total of live tensor storages
 created during one forward + backward, counted by a dispatch mode (CPU PyTorch has no
 allocator statistics); it is not measured for the slow indexed loop. About 3 minutes.
+
+``python -m bench.bench_scan --ops``: today's scan against the radix-2 scan it replaced
+(`bench.scan_radix2`), in the same process: aten ops dispatched by the scan alone and by one
+Mamba block (batch 16, d_model 128) forward + backward, counted by a dispatch mode; the
+block's CPU seconds (process time, paired in rotating order, median) and peak memory.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from bench.common import median
+from bench.scan_radix2 import radix2_scan
+from lib.models import mamba
 from lib.models.mamba import linear_scan, linear_scan_sequential, selective_scan
 
 try:
@@ -161,14 +169,97 @@ def check_targets(rows: list[dict]) -> list[str]:
     return lines
 
 
+class OpCount(TorchDispatchMode):
+    """Counts the aten ops dispatched inside it (each a kernel launch on a GPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_ops(fn) -> int:
+    with OpCount() as ops:
+        fn()
+    return ops.n
+
+
+def with_scan(scan, fn):
+    """fn() with every Mamba mixer of scan "parallel" running `scan`."""
+    saved = mamba.SCANS["parallel"]
+    mamba.SCANS["parallel"] = scan
+    try:
+        return fn()
+    finally:
+        mamba.SCANS["parallel"] = saved
+
+
+def block_rows(lengths, repeats: int, batch: int = 16, d_model: int = 128) -> list[dict]:
+    """Ops, CPU seconds and peak MB of one Mamba block forward + backward, radix 2 vs now."""
+    scans = {"radix2": radix2_scan, "now": linear_scan}
+    rows = []
+    for length in lengths:
+        torch.manual_seed(0)
+        block = mamba.MambaBlock(mamba.MambaConfig(d_model=d_model))
+        x = torch.randn(batch, length, d_model, requires_grad=True)
+        a = torch.rand(2, length, 3, requires_grad=True)
+        h = torch.randn(2, length, 3, requires_grad=True)
+
+        def scan_alone(s, a=a, h=h):
+            return lambda: s(a, h).sum().backward()
+
+        def step(block=block, x=x):
+            block(x).sum().backward()
+
+        row = {"L": length}
+        for name, scan in scans.items():
+            row[f"{name} scan ops"] = count_ops(scan_alone(scan))
+            row[f"{name} block ops"] = with_scan(scan, lambda: count_ops(step))
+            with_scan(scan, step)  # warm-up
+            with PeakMemory() as mem:
+                with_scan(scan, step)
+            row[f"{name} peak MB"] = mem.peak / 2**20
+        secs = {name: [] for name in scans}
+        for i in range(repeats):
+            for name in list(scans)[i % 2:] + list(scans)[:i % 2]:
+                t0 = time.process_time()
+                with_scan(scans[name], step)
+                secs[name].append(time.process_time() - t0)
+        for name in scans:
+            row[f"{name} block CPU s"] = median(secs[name])
+        rows.append(row)
+    return rows
+
+
+def print_ops(rows: list[dict]) -> None:
+    keys = list(rows[0])
+    print("  ".join(f"{k:>17}" for k in keys))
+    for r in rows:
+        print("  ".join(f"{r[k]:>17.3f}" if isinstance(r[k], float) else f"{r[k]:>17}"
+                        for k in keys), flush=True)
+    for r in rows:
+        print(f"L = {r['L']}: block ops {r['radix2 block ops']} -> {r['now block ops']}, CPU "
+              f"now / radix2 {r['now block CPU s'] / r['radix2 block CPU s']:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[100, 300, 500])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--ops", action="store_true",
+                        help="ops, CPU time and memory of a Mamba block: radix 2 vs now")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.ops:
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s); one Mamba "
+              f"block, batch 16, d_model 128, forward + backward; {args.repeats} paired repeats")
+        print_ops(block_rows(args.lengths, args.repeats))
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads; B 8, d_inner 256, "
           "d_state 16; best of repeated forward + backward passes")
     start = time.perf_counter()

@@ -61,7 +61,8 @@ PARTS: dict[str, list[Check]] = {
     "compile": [("eager vs torch.compile", parts.compiled, True, WORKLOADS)],
     "loader": [("real loader vs batches on the device", parts.loader_fed, True, WORKLOADS)],
     "mamba": [("Mamba-Spike scans", mamba.scans, False, ("mamba_spike",)),
-              ("Mamba-Spike front-end loop", mamba.frontend, False, ("mamba_spike",))],
+              ("Mamba-Spike training step: round five vs now", mamba.steps, False,
+               ("mamba_spike",))],
 }
 # BENCHMARKS.md's GPU section ends with this note (bench/__main__.py appends it).
 BENCHMARKS_NOTE = (Path(__file__).parent / "gpu_check_note.md").read_text()

@@ -4,7 +4,7 @@ Each check takes a `Ctx` (device, sizes, scratch folder) and a workload, and ret
 (a plain dict: what was run, the figures, `ok` where there is a pass/fail criterion). The
 figures come from the existing benchmarks where they already measure it: `bench.bench_gpu`
 (step time, peak memory, FLOPs), `bench.bench_compile` (eager vs torch.compile),
-`bench.bench_scan` and `bench.bench_mamba_spike` (scans, the spiking front-end's loop).
+`bench.bench_scan` and `bench.bench_mamba_spike` (scans, the training step before/after issue 50).
 """
 
 from __future__ import annotations

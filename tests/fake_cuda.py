@@ -352,6 +352,9 @@ def fake_cuda(recorder: Recorder | None = None):
         stack.enter_context(mock.patch("torch.cuda.amp.common.amp_definitely_not_available",
                                        return_value=False))
         stack.enter_context(mock.patch("torch.cuda.is_bf16_supported", return_value=True))
+        # the fused LIF op's dispatch rule (lib/kernels) asks for the compute capability: a
+        # T4's, the least that takes the Triton path (its op traced through its fake outputs)
+        stack.enter_context(mock.patch("torch.cuda.get_device_capability", return_value=(7, 5)))
         stack.enter_context(mock.patch("torch.autograd.backward", _backward))
         stack.enter_context(mock.patch("torch.save", save))
         stack.enter_context(mock.patch("torch.load", _load))

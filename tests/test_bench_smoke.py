@@ -199,14 +199,14 @@ def test_suite_report_names_the_notebooks_it_did_not_execute():
     assert "Not executed in this run: the mshnet notebooks." in text
 
 
-def test_mamba_spike_bench_splits_a_step_and_pairs_the_loops():
+def test_mamba_spike_bench_counts_both_paths_and_pairs_round_five_with_now():
     from bench import bench_mamba_spike
 
-    res = bench_mamba_spike.run(batch=1, frames=4, repeats=2)
-    assert len(res["ratios"]) == 2 and all(positive(r) for r in res["ratios"])
-    parts = [row["part"] for row in res["split"]]
-    assert parts[:2] == ["front-end convs + pools", "front-end LIF loop"]
-    assert "Mamba blocks" in parts and "whole training step" in bench_mamba_spike.report(res)
+    res = bench_mamba_spike.run(batch=1, frames=4, repeats=2, cuda=False)  # CUDA path: a
+    assert len(res["ratios"]) == 2 and all(positive(r) for r in res["ratios"])  # test of its own
+    # round five records each step of each layer: more ops than the fused op
+    assert res["round five ops"] > res["portable ops"] > 0
+    assert "round five / now" in bench_mamba_spike.report(res)
 
 
 def test_device_data_bench_counts_host_work_before_and_after(tmp_path):
@@ -278,3 +278,22 @@ def test_plan_bench_rows_at_a_tiny_size():
     assert rows[1]["finish_days"] <= rows[0]["finish_days"] + 1e-9  # the search keeps the best
     q = bench_plan.quality(4)
     assert q["cases"] <= 4 and q["equal"] <= q["cases"] and q["worst_ratio"] >= 1.0
+
+
+def test_spiking_bench_rows_count_ops_inside_the_fused_op(monkeypatch):
+    """bench_spiking at a tiny size: every variant, the baseline's ratio 1, and the portable
+    path counted inside its op, fewer than the loop it replaced."""
+    from bench import bench_spiking
+    from lib.kernels import LIF_PATH_ENV
+
+    monkeypatch.setenv(LIF_PATH_ENV, "auto")  # the bench sets it per variant: restored after
+
+    res = bench_spiking.run(batch=1, frames=4, repeats=1, step=False, triton=False,
+                            memory=False)
+    rows = {r["variant"]: r for r in res["rows"]}
+    assert list(rows) == list(bench_spiking.VARIANTS)
+    assert rows["snntorch loop"]["ratio"] == 1 and all(positive(r["cpu_s_median"])
+                                                      for r in rows.values())
+    assert rows["portable"]["frontend_ops"] < rows["snntorch loop"]["frontend_ops"]
+    assert all(r["saved_bytes"] > 0 for r in rows.values())
+    assert "portable" in bench_spiking.report(res)

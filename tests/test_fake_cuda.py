@@ -18,7 +18,9 @@ Stubbed, at the narrowest point, because fake mode cannot carry it:
   AccumulateGrad would. Not checked: the devices inside backward formulas (torch's own,
   or snntorch's surrogate gradient) and gradient values.
 - autocast's and GradScaler's "is CUDA available" check (`amp_definitely_not_available`)
-  answers False, and `torch.cuda.is_bf16_supported` True (the A100's answer).
+  answers False, and `torch.cuda.is_bf16_supported` True (the A100's answer);
+  `torch.cuda.get_device_capability` answers (7, 5), so the spiking front-end's fused op takes
+  its Triton path (lib/kernels: traced through its fake outputs; its kernels are tested apart).
 - host reads: `.item()` and friends return 0 (False), device-to-host copies return CPU
   tensors of ones: fake tensors have no values. So the dry run checks devices, dtypes and
   syncs, never numbers; GradScaler never sees an overflow (its skipped step is not run).

@@ -109,7 +109,8 @@ LAYERS: dict[str, set[str]] = {
     "base": set(),  # errors, atomic, durable, faults, progress: nothing from lib
     "runtime": {"base"},  # where am I, what hardware, how many processes
     "runs": {"base", "runtime"},  # what a run leaves on disk
-    "models": {"base"},
+    "kernels": {"base"},  # fused ops (torch, triton): the spiking recurrence
+    "models": {"base", "kernels"},
     "losses": {"base"},
     "data": {"base", "runtime"},
     "training": {"base", "runtime", "runs", "data", "models", "losses"},

@@ -81,9 +81,13 @@ def test_frontend_gives_the_reference_spikes_and_gradients():
     grad_out = torch.randn_like(spikes)
     got = torch.autograd.grad(spikes, params, grad_out)
     want = torch.autograd.grad(ref, params, grad_out)
+    # The surrogate's slope (25) amplifies float32 rounding of the membrane through 25 steps
+    # of BPTT: summing in another order (the fused op folds the reset into its matmul) moves
+    # gradients by up to ~3e-5 of their largest. Exact agreement of the math is held in
+    # float64 at 1e-10 (tests/test_spiking_kernels.py); a wrong term moves them by far more.
     for g, w in zip(got, want, strict=True):
         assert w.abs().sum() > 0
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5 * w.abs().max().item())
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4 * w.abs().max().item())
 
 
 def test_state_is_reset_for_every_sequence():

@@ -1,8 +1,9 @@
 """Mamba (selective state space) blocks with a portable parallel scan.
 
-The scan is pure PyTorch: no Python loop over time steps, only over the log2(L) levels of an
-odd/even recursive doubling, so every shape is static and it runs unchanged on CPU, CUDA, MPS
-and XLA. `linear_scan_sequential` is the step-by-step reference the tests compare against.
+The scan is pure PyTorch: no Python loop over time steps, only over the log5(L) levels of a
+radix-5 recursive reduction (and the last few steps), so every shape is static and it runs
+unchanged on CPU, CUDA, MPS and XLA. `linear_scan_sequential` is the step-by-step reference
+the tests compare against.
 """
 
 from __future__ import annotations
@@ -21,47 +22,61 @@ from lib.base.errors import ConfigError
 ScanFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def _scan(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """h_t = a_t * h_{t-1} + x_t along dim 1 with h_{-1} = 0, any length L.
+# Steps fused per level of the scan, and the length solved step by step. A level of radix k
+# dispatches 3k + 4 ops and divides L by k; a short sequence costs L + 3 ops step by step.
+# Radix 5 with the last <= 20 steps in sequence: 124 ops forward + backward at L = 300 (the
+# presets' L = 100, 300, 500 divide by 5 twice, so nothing is left over), 364 at radix 2; a
+# whole Mamba block's 514 before, 274 now (`python -m bench.bench_scan --ops`).
+RADIX, SEQUENTIAL_UPTO = 5, 20
 
-    Each level fuses the pairs (2k, 2k+1) into one step, solves that half-length problem for the
-    odd positions, then fills in the even ones: O(L) work, 2*log2(L) dependent steps.
+
+def _shift(t: torch.Tensor, later: bool) -> torch.Tensor:
+    """t moved one step along dim 1 in one op: later, t_{s-1} at s (0 at the start); else
+    t_{s+1} at s (0 at the end). A negative pad crops the step pushed out."""
+    return F.pad(t, [0, 0] * (t.dim() - 2) + ([1, -1] if later else [-1, 1]))
+
+
+def _scan_into(a: torch.Tensor, x: torch.Tensor, out: torch.Tensor, reverse: bool) -> None:
+    """Write h into `out` (any strides, never an input), along dim 1 of (B, L, ...):
+    forward h_t = a_t h_{t-1} + x_t with h_{-1} = 0; reverse h_t = x_t + a_t h_{t+1} with
+    h_L = 0.
+
+    Each level fuses groups of RADIX consecutive steps into one (A = the product of their a,
+    X = their h from a zero start), solves that problem of L / RADIX steps straight into the
+    output's every RADIX-th step, then fills in the others from the group before: O(L) work,
+    the sequence never padded, every h written once where it belongs. The L % RADIX steps left
+    over (at the end forward, at the start in reverse: the side that needs the others' result)
+    follow step by step.
     """
-    n = x.shape[1]
-    if n == 1:
-        return x.clone()  # a fresh tensor, never an alias of the input
-    a_e, a_o, x_e, x_o = a[:, 0::2], a[:, 1::2], x[:, 0::2], x[:, 1::2]
-    n_e, n_o = a_e.shape[1], a_o.shape[1]
-    h_o = _scan(a_o * a_e[:, :n_o], torch.addcmul(x_o, a_o, x_e[:, :n_o]))
-    h = torch.empty_like(x)
-    h[:, 1::2] = h_o
-    h[:, :1] = x[:, :1]
-    # h_{2k} = a_{2k} h_{2k-1} + x_{2k}, written straight into the output (no temporaries)
-    torch.addcmul(x_e[:, 1:], a_e[:, 1:], h_o[:, : n_e - 1], out=h[:, 2::2])
-    return h
-
-
-def _scan_reverse(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """h_t = x_t + a_{t+1} * h_{t+1} along dim 1 with h_L = 0 (a_0 is unused), any length L.
-
-    The mirror image of `_scan`, indexed so that the backward pass needs no flips or shifts.
-    """
-    n = x.shape[1]
-    if n == 1:
-        return x.clone()
-    a_e, a_o, x_e, x_o = a[:, 0::2], a[:, 1::2], x[:, 0::2], x[:, 1::2]
-    n_e, n_o = a_e.shape[1], a_o.shape[1]
-    a_pair = a_e.clone()
-    a_pair[:, 1:].mul_(a_o[:, : n_e - 1])  # links h_{2k-2} to h_{2k}
-    x_pair = x_e.clone()
-    x_pair[:, :n_o].addcmul_(a_o, x_o)  # x_{2k} + a_{2k+1} x_{2k+1}
-    h_e = _scan_reverse(a_pair, x_pair)
-    h = torch.empty_like(x)
-    h[:, 0::2] = h_e
-    if n % 2 == 0:  # the last step is odd and has no successor
-        h[:, n - 1 :] = x[:, n - 1 :]
-    torch.addcmul(x_o[:, : n_e - 1], a_e[:, 1:], h_e[:, 1:], out=h[:, 1::2][:, : n_e - 1])
-    return h
+    n, k = x.shape[1], RADIX
+    if n <= max(SEQUENTIAL_UPTO, k):
+        a_s, x_s, h = a.unbind(1), x.unbind(1), out.unbind(1)
+        order = range(n - 1, -1, -1) if reverse else range(n)
+        h[order[0]].copy_(x_s[order[0]])
+        for prev, t in zip(order, order[1:], strict=False):
+            torch.addcmul(x_s[t], a_s[t], h[prev], out=h[t])
+        return
+    m, r = divmod(n, k)
+    body = slice(r, n) if reverse else slice(0, n - r)  # whole groups, h = 0 at their edge
+    shape = (x.shape[0], m, k, *x.shape[2:])
+    a_g, x_g, h_g = ((t[:, body] if r else t).view(shape).unbind(2) for t in (a, x, out))
+    order = range(k - 1, -1, -1) if reverse else range(k)
+    first, last = order[0], order[-1]
+    coef, drive = a_g[order[1]] * a_g[first], torch.addcmul(x_g[order[1]], a_g[order[1]],
+                                                            x_g[first])
+    for i in order[2:]:  # in place: one group-sized tensor of each alive, never two
+        torch.addcmul(x_g[i], a_g[i], drive, out=drive)
+        coef.mul_(a_g[i])
+    _scan_into(coef, drive, h_g[last], reverse)  # h at each group's last step, in place
+    del coef, drive  # freed before the shifted copy below: peak memory no higher than radix 2
+    prev = _shift(h_g[last], later=not reverse)  # the previous group's result
+    for i in order[:-1]:
+        prev = torch.addcmul(x_g[i], a_g[i], prev, out=h_g[i])
+    if r:  # the steps left over, one by one from the body's edge
+        a_s, x_s, h = a.unbind(1), x.unbind(1), out.unbind(1)
+        steps = range(r - 1, -1, -1) if reverse else range(n - r, n)
+        for t in steps:
+            torch.addcmul(x_s[t], a_s[t], h[t + 1 if reverse else t - 1], out=h[t])
 
 
 class _LinearScan(torch.autograd.Function):
@@ -69,7 +84,8 @@ class _LinearScan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        h = _scan(a, x)
+        h = torch.empty_like(x)  # a fresh tensor, never an alias of the input
+        _scan_into(a, x, h, reverse=False)
         ctx.save_for_backward(a, h)
         return h
 
@@ -77,15 +93,19 @@ class _LinearScan(torch.autograd.Function):
     def backward(ctx, grad_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         a, h = ctx.saved_tensors
         # dL/dx_t = g_t + a_{t+1} dL/dx_{t+1}; dL/da_t = dL/dx_t * h_{t-1} with h_{-1} = 0.
-        grad_x = _scan_reverse(a, grad_h)
-        grad_a = torch.empty_like(grad_x)
-        grad_a[:, :1] = 0
+        # a_{t+1} at t; the last one stands in for a_L (it multiplies h_L = 0): a cat writes
+        # each element once, where a pad (`_shift`) would fill with zeros first
+        a_next = torch.cat([a[:, 1:], a[:, -1:]], dim=1)
+        grad_x = torch.empty_like(h)
+        _scan_into(a_next, grad_h, grad_x, reverse=True)
+        grad_a = a_next  # its memory, no longer needed, takes dL/da (peak memory as before)
+        grad_a[:, 0].zero_()
         torch.mul(grad_x[:, 1:], h[:, :-1], out=grad_a[:, 1:])
         return grad_a, grad_x
 
 
 # torch.compile runs the scan as it is (a graph break): Dynamo tracing its recursion over
-# halving lengths fails building shape guards (IndexError in produce_guards, torch 2.14, from
+# shrinking lengths fails building shape guards (IndexError in produce_guards, torch 2.14, from
 # L = 20 of Mamba-Spike; `python -m bench.bench_compile --workloads mamba_spike`), and the
 # scan is already a few whole-tensor ops per level.
 @torch.compiler.disable

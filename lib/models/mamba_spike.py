@@ -16,6 +16,7 @@ from snntorch import surrogate
 from torch import nn
 
 from lib.base.errors import ConfigError
+from lib.kernels import lif_multistep
 from lib.models.mamba import SCANS, MambaBlock, MambaConfig
 
 PRESETS: dict[str, dict] = {
@@ -58,6 +59,9 @@ class MambaSpikeConfig:
             )
         if not 0.0 <= self.beta <= 1.0:
             raise ConfigError(f"beta={self.beta} must lie in [0, 1] (membrane decay per step).")
+        if self.threshold <= 0:
+            raise ConfigError(f"threshold={self.threshold} must be > 0 (a neuron at rest, U = 0, "
+                              "is below it); use a positive threshold such as 1.0.")
         if self.rate_window < 1:
             raise ConfigError(f"rate_window={self.rate_window} must be >= 1 time step.")
         if self.scan not in SCANS:
@@ -110,7 +114,9 @@ class SpikingConv(nn.Module):
         self.conv = nn.Conv2d(in_ch, out_ch, 3, padding=1)
         self.pool = nn.MaxPool2d(2) if pool else nn.Identity()
         self.rec = nn.Conv2d(out_ch, out_ch, 1)
-        self.lif = _leaky(cfg)
+        self.lif = _leaky(cfg)  # `step`'s neuron; its buffers stay in checkpoints
+        self.beta, self.threshold = cfg.beta, cfg.threshold
+        self.slope = cfg.surrogate_slope
 
     def currents(self, x: torch.Tensor) -> torch.Tensor:
         """Feed-forward current of all steps at once: (B, T, C, H, W) -> (B, T, C', H', W')."""
@@ -121,23 +127,21 @@ class SpikingConv(nn.Module):
     def step(
         self, cur: torch.Tensor, spk_prev: torch.Tensor | None, mem: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One time step: (feed-forward current, previous spikes or None, membrane) -> (S, U)."""
+        """One time step with snntorch's Leaky: (feed-forward current, previous spikes or None,
+        membrane) -> (S, U). The definition `forward`'s fused op is tested equal to."""
         if spk_prev is not None:
             cur = cur + self.rec(spk_prev)
         return self.lif(cur, mem)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, C, H, W) frames or spikes -> (B, T, C', H', W') spikes in {0, 1}."""
-        cur = self.currents(x)
-        mem = torch.zeros_like(cur[:, 0])  # fresh state for every sequence
-        spk, spikes = None, []
-        # The LIF recurrence is inherently step by step. `unbind`, never `cur[:, t]`: each
-        # indexed step's backward writes a zero-filled gradient of the whole sequence and adds
-        # it up, O(T^2); at T = 300 that was 95% of a training step (BENCHMARKS.md).
-        for cur_t in cur.unbind(1):
-            spk, mem = self.step(cur_t, spk, mem)
-            spikes.append(spk)
-        return torch.stack(spikes, dim=1)
+        b, _, _, h, w = (cur := self.currents(x)).shape
+        # All T steps as one op (lib/kernels): pixels as rows, so the 1x1 recurrent conv is a
+        # (pixels, C) x (C, C) matmul per step, inside one kernel or a loop without autograd.
+        spikes = lif_multistep(rearrange(cur, "b t c h w -> t (b h w) c"),
+                               self.rec.weight.flatten(1), self.rec.bias, self.beta,
+                               self.threshold, self.slope)
+        return rearrange(spikes, "t (b h w) c -> b t c h w", b=b, h=h, w=w)
 
 
 class SpikingFrontEnd(nn.Module):
@@ -233,10 +237,12 @@ def parameter_count(cfg: MambaSpikeConfig) -> int:
 
 # Bytes autograd keeps per recording and frame for the backward pass in float32, measured here
 # (the saved tensors of a training forward on the CPU, tests/test_mamba_spike_model.py): about
-# 375 per input pixel (the 32-channel spiking layers at full and half resolution: currents,
-# pooling, membranes, surrogate inputs), 18 per element of the last layer's spikes, and 180 per
-# inner channel of each Mamba block at d_state 16 (the parallel scan's states).
-BYTES_PER_PIXEL, BYTES_PER_SPIKE, BYTES_PER_INNER = 375, 18, 180
+# 328 per input pixel (the 32-channel spiking layers at full and half resolution: the convs'
+# inputs, pooling, the fused LIF op's float32 membranes, from which its backward recomputes the
+# spikes), 8 per element of the last layer's spikes (its membranes, the projection's input),
+# and 180 per inner channel of each Mamba block at d_state 16 (the parallel scan's states).
+# Before the fused op (issue 50) they were 375 and 18: snntorch kept each step's spikes too.
+BYTES_PER_PIXEL, BYTES_PER_SPIKE, BYTES_PER_INNER = 328, 8, 180
 
 
 def activation_bytes(cfg: MambaSpikeConfig, batch: int, frames: int) -> int:

@@ -40,13 +40,18 @@ class Backend:
 
     def __init__(self, choice: DeviceChoice, device: torch.device | None = None,
                  dist: Dist | None = None, plan: BatchPlan | None = None,
-                 on_plan: Callable[[BatchPlan, BatchPlan], None] | None = None) -> None:
+                 on_plan: Callable[[BatchPlan, BatchPlan], None] | None = None,
+                 init_scale: float | None = None) -> None:
+        """`init_scale`: the GradScaler's first scale where the precision scales (None:
+        torch's 2**16); a checkpoint's saved scaler state replaces it on resume."""
         self.choice = choice
         self.device = device or choice.torch_device
         self.dist = dist or Dist()
         self.is_xla = choice.type == "xla"
         self.dtype = choice.precision.dtype
-        self.scaler = torch.amp.GradScaler(choice.type) if choice.precision.scaler else None
+        scale = {} if init_scale is None else {"init_scale": init_scale}
+        self.scaler = (torch.amp.GradScaler(choice.type, **scale) if choice.precision.scaler
+                       else None)
         self.plan = plan  # None: every batch in one piece (evaluation, benchmarks)
         self.on_plan = on_plan  # told (old, new) when an out-of-memory error halves the plan
         self.cap = batches.memory_cap()  # tests only: lib.training.batch.MEMORY_CAP_ENV

@@ -48,6 +48,9 @@ class Task:
     monitor: str = "test_accuracy"  # which record key picks best.pt
     monitor_mode: str = "max"
     extra_state: dict = field(default_factory=dict)
+    # GradScaler's first scale where the precision scales (fp16); None: torch's 2**16. A model
+    # whose gradients overflow fp16 at 2**16 would skip its first steps while it backs off.
+    grad_scale: float | None = None
 
 
 def _batch_limit(loader, max_batches: int | None) -> int:
@@ -199,7 +202,7 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: RunFol
     """
     dist = dist or Dist()
     backend = Backend(choice, device, dist, plan, on_plan=lambda old, new: _replanned(
-        run, task.model, old, new))
+        run, task.model, old, new), init_scale=task.grad_scale)
     task.model.to(backend.device)
     task = dataclasses.replace(task, model=dist.wrap_model(task.model, backend.device))
     history, best, start_epoch, start_batch, partial = [], None, 0, 0, None

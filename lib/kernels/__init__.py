@@ -1,0 +1,9 @@
+"""Fused kernels for hot loops a model cannot avoid: the spiking front-end's recurrence over
+time steps as one op (`lif_multistep`), with a reference loop, a portable path and Triton
+kernels behind one dispatch rule (lib/kernels/lif.py). Imports only torch, triton and lib/base.
+"""
+
+from lib.kernels.lif import LIF_PATH_ENV, PATHS, choose_path, lif_multistep
+from lib.kernels.lif_reference import lif_reference
+
+__all__ = ["LIF_PATH_ENV", "PATHS", "choose_path", "lif_multistep", "lif_reference"]

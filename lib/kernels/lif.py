@@ -1,0 +1,140 @@
+"""The spiking layer's recurrence as one multi-step op, and the rule choosing its kernel.
+
+`lif_multistep(cur, weight, bias, beta, threshold, slope)` -> spikes: currents I (T, N, C) of
+N = B*H*W pixels, the 1x1 recurrent conv's `weight` (C, C) and `bias` (C,), the LIF neuron's
+decay, threshold and surrogate slope; the math is lib/kernels/lif_reference.py's, and every
+path is tested equal to it (tests/test_spiking_kernels.py). Registered with torch.library, so
+torch.compile sees one op forward and one backward, not T unrolled steps.
+
+Paths, chosen in `choose_path` only: "triton" (CUDA sm_70+ with triton importable: one kernel
+looping over T forward, one backward), "portable" (everywhere else: CPU, MPS, a P100), and
+"reference" on XLA (torch_xla runs no custom op of ours: it traces the plain loop, as before).
+`LIF_PATH_ENV` or the `path` argument forces one ("triton" on CPU tensors needs
+TRITON_INTERPRET=1 set before triton is imported: the tests count and check the CUDA path so).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+import lib.kernels.lif_portable as lif_portable
+from lib.base.errors import ConfigError
+from lib.kernels.lif_reference import lif_reference
+
+LIF_PATH_ENV = "TA_LIF_PATH"
+PATHS = ("auto", "triton", "portable", "reference")
+
+
+@functools.cache
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def choose_path(device: torch.device, path: str | None = None,
+                dtype: torch.dtype = torch.float32) -> str:
+    """The kernel for `dtype` tensors on `device`: `path` or LIF_PATH_ENV if set (not "auto"),
+    else triton on CUDA with compute capability >= 7.0 (float64 aside: few GPUs have fast
+    float64 dots), reference on XLA, portable elsewhere."""
+    path = path or os.environ.get(LIF_PATH_ENV) or "auto"
+    if path not in PATHS:
+        raise ConfigError(f"{LIF_PATH_ENV}={path!r} is not one of {PATHS}; unset it or use "
+                          "'auto'.")
+    if path == "triton" and device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ConfigError("the triton path on CPU tensors runs only under Triton's interpreter; "
+                          "set TRITON_INTERPRET=1 before Python starts, or use 'portable'.")
+    if path != "auto":
+        return path
+    if device.type == "xla":
+        return "reference"
+    if (device.type == "cuda" and dtype != torch.float64
+            and torch.cuda.get_device_capability(device) >= (7, 0) and triton_available()):
+        return "triton"
+    return "portable"
+
+
+def _kernels(path: str):
+    if path == "triton":
+        import lib.kernels.lif_triton as lif_triton  # imports triton: only when asked for
+
+        return lif_triton
+    return lif_portable
+
+
+def _forward(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: float,
+             threshold: float, slope: float, path: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(spikes in cur's dtype, membranes in float32 for 16-bit cur, else cur's dtype)."""
+    with torch.autocast(cur.device.type, enabled=False):  # the op picks its own precision
+        return _kernels(path).forward(cur, weight, bias, beta, threshold)
+
+
+lif_forward = torch.library.custom_op("train_anywhere::lif_forward", _forward, mutates_args=())
+
+
+@lif_forward.register_fake
+def _(cur, weight, bias, beta, threshold, slope, path):
+    return torch.empty_like(cur), torch.empty_like(cur, dtype=lif_portable.compute_dtype(
+        cur.dtype))
+
+
+def _backward_op(grad: torch.Tensor, mem: torch.Tensor, weight: torch.Tensor, beta: float,
+                 threshold: float, slope: float,
+                 path: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(d cur, d weight, d bias) given the spikes' gradient and the membranes lif_forward
+    returned (the only tensor saved: spikes are [U > thr], recomputed)."""
+    with torch.autocast(mem.device.type, enabled=False):
+        return _kernels(path).backward(grad, mem, weight, beta, threshold, slope)
+
+
+lif_backward = torch.library.custom_op("train_anywhere::lif_backward", _backward_op,
+                                       mutates_args=())
+# The Python bodies of this package's ops, for lib/kernels/count.py to count inside them.
+IMPLEMENTATIONS = {"lif_forward": _forward, "lif_backward": _backward_op}
+
+
+@lif_backward.register_fake
+def _(grad, mem, weight, beta, threshold, slope, path):
+    return torch.empty_like(grad), torch.empty_like(weight), weight.new_empty(weight.shape[0])
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    _, weight, _, ctx.beta, ctx.threshold, ctx.slope, ctx.path = inputs
+    ctx.save_for_backward(output[1], weight)
+    ctx.dtype = inputs[0].dtype
+
+
+def _backward(ctx, grad_spk, _grad_mem):
+    mem, weight = ctx.saved_tensors
+    if grad_spk is None:
+        grad_spk = torch.zeros_like(mem, dtype=ctx.dtype)
+    dcur, dw, db = lif_backward(grad_spk, mem, weight, ctx.beta, ctx.threshold, ctx.slope,
+                                ctx.path)
+    return dcur, dw, db, None, None, None, None
+
+
+lif_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+def lif_multistep(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: float,
+                  threshold: float, slope: float, path: str | None = None) -> torch.Tensor:
+    """Spikes (T, N, C) in cur's dtype of the LIF recurrence (module docstring), beta in
+    [0, 1] (the caller's config checks it), threshold > 0; `path` forces a kernel (PATHS), None
+    lets `choose_path` pick by device and dtype."""
+    if cur.dim() != 3 or weight.shape != (cur.shape[2], cur.shape[2]) or bias.shape != (
+            cur.shape[2],):
+        raise ConfigError(f"lif_multistep got currents {tuple(cur.shape)}, weight "
+                          f"{tuple(weight.shape)}, bias {tuple(bias.shape)}; expected (T, N, C), "
+                          "(C, C) and (C,): flatten pixels into N and the 1x1 conv's weight.")
+    if threshold <= 0:
+        raise ConfigError(f"threshold={threshold} must be > 0 (the reset at t = 0 assumes "
+                          "U_-1 = 0 is below it); use a positive threshold such as 1.0.")
+    kind = choose_path(cur.device, path, cur.dtype)
+    if kind == "reference":
+        return lif_reference(cur, weight, bias, beta, threshold, slope)
+    return lif_forward(cur, weight, bias, float(beta), float(threshold), float(slope), kind)[0]
