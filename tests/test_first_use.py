@@ -14,7 +14,7 @@ import pytest
 
 from lib.base.progress import epoch_line, shown
 from lib.runs.records import read_jsonl
-from tests.notebook_run import markdown_outputs, stream_text
+from tests.notebook_run import markdown_outputs, report_without_torch, stream_text
 from tests.test_cli import ROOT, SMOKE, stderr_lines, ta
 from tests.unchanged import assert_same, snapshot
 
@@ -54,6 +54,7 @@ def tried(tmp_path_factory):
     (out / "curves.png").unlink()  # `report` writes it again, without training
     steps["report"] = (ta("report", str(out)), snapshot(out))
     steps["report"][0].curves = (out / "curves.png").exists()
+    steps["report without torch"] = report_without_torch(out)  # a resumed run's own folder
     return out, steps
 
 
@@ -106,6 +107,7 @@ def test_each_session_that_trains_keeps_its_notebook_and_report_lists_them(tried
     report, _ = steps["report"]
     assert report.returncode == 0, report.stderr
     assert "| . | 2 | " in report.stdout and report.curves
+    assert steps["report without torch"].startswith(report.stdout.split("\n\n")[0])
     listed = report.stdout.split("executed notebooks, one per session that trained:")[1]
     listed = listed.strip().split("\n\n")[0]  # the measured per-platform table follows
     assert [p.strip() for p in listed.strip().splitlines()] == [
