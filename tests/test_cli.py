@@ -112,6 +112,22 @@ BAD = [
     (["run", "fashion_mnist", "-p", "OUT_DIR", "x"], "--out DIR, not -p OUT_DIR"),
     (["run", "fashion_mnist", "-p", "PLATFORM", "colab_t4"], "contradicts --platform"),
     (["run", "optimizer_study", "-p", "OPTIMIZER", "adamm"], "OPTIMIZER"),
+    # the fix is the user's value, quoted once for a shell (issue 52)
+    (["run", "fashion_mnist", "-p", "TRACKERS", "wandb"],
+     """TRACKERS='wandb' has type str; expected a list of str; set it with """
+     """-p TRACKERS '["wandb"]'."""),
+    (["run", "fashion_mnist", "-p", "TRACKERS", '["neptune"]'],
+     """TRACKERS=["neptune"]: 'neptune' is not a tracker; expected each of ['tensorboard', """
+     """'wandb', 'mlflow'] at most once; set it with -p TRACKERS '["tensorboard"]'."""),
+    (["run", "fashion_mnist", "-p", "TRACKERS", '["wandbb", "mlflow"]'],
+     """set it with -p TRACKERS '["wandb", "mlflow"]'."""),
+    # refused before any kernel starts, as the session would refuse it (lib.training.batch)
+    (["run", "fashion_mnist", *SMOKE, "-p", "MICRO_BATCH", "7", "--out", "{tmp}/o"],
+     "MICRO_BATCH=7 does not divide the 32 samples each device takes per step (global batch "
+     "32 over 1 device(s)); expected one of [1, 2, 4, 8, 16, 32]; set it with -p MICRO_BATCH "
+     "auto"),
+    (["run", "fashion_mnist", "-p", "BATCH_SIZE", "48", "-p", "MICRO_BATCH", "32", "--out",
+      "{tmp}/o"], "MICRO_BATCH=32 does not divide the 48 samples each device takes"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["run"], "the following arguments are required: WORKLOAD"),
     (["report", "{tmp}/missing"], "is not a folder"),
@@ -142,8 +158,9 @@ def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert len(lines) == 1, captured.err
-    assert message in lines[0]
+    assert message in lines[0] and "\\" not in lines[0]  # no escaped quotes to read through
     assert not list(tmp_path.rglob("*.ipynb")), "nothing may run on a usage error"
+    assert not (tmp_path / "o").exists()  # no --out folder made
 
 
 def test_sweep_refuses_a_folder_holding_another_sweep(tmp_path, capsys):
@@ -238,3 +255,4 @@ def test_the_headline_of_a_run_that_recorded_no_score_says_so(tmp_path):
     (line,) = cli._headline(tmp_path, "fashion_mnist", sample=True)
     assert line.startswith("  test_accuracy 50.00% at epoch 1 (best), 25.00% at epoch 2 (last)")
     assert line.endswith("training works)")
+

@@ -119,6 +119,12 @@ def cmd_run(args) -> int:
     if isinstance(overrides.get("DATA_DIR"), str):
         check_folder("-p DATA_DIR", Path(overrides["DATA_DIR"]))
     params, cfg = resolve_params(workload, platform, overrides)
+    before = sessions_seen(out)
+    if not before:  # a new run: MICRO_BATCH is checked here (a resumed one: by its session)
+        try:
+            cfg.check_micro_batch()
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     notebook = notebook_path(workload, platform)
     print(f"{workload} on {platform}: {notebook.relative_to(ROOT)} -> {out}", flush=True)
     # The notebook runs into a folder of its own: the run folder is not touched unless this
@@ -126,7 +132,6 @@ def cmd_run(args) -> int:
     scratch = Path(tempfile.mkdtemp(prefix=f"train-anywhere-{workload}-"))
     executing, lines = scratch / f"{workload}.ipynb", scratch / "lines.txt"
     os.environ[RUN_LINES_ENV] = str(lines)
-    before = sessions_seen(out)
     progress = Progress(out, getattr(cfg, "epochs", None), note=cfg.note(), lines=lines)
     progress.start()
     t0 = time.perf_counter()
