@@ -50,7 +50,8 @@ def tried(tmp_path_factory):
     # A limit of 4 ms: the session stops (saved) before its first new epoch, as before a
     # Kaggle or Colab limit.
     step("more", "-p", "EPOCHS", "3", env={"TA_SESSION_HOURS": "0.000001"})
-    step("fresh", "-p", "EPOCHS", "1", "-p", "LR", "0.5", "-p", "RESUME", "new")
+    step("fresh", "-p", "EPOCHS", "1", "-p", "LR", "0.5", "-p", "RESUME", "new",
+         "-p", "TRACKERS", "[]")  # no tracker: the end line names no TensorBoard logs
     (out / "curves.png").unlink()  # `report` writes it again, without training
     steps["report"] = (ta("report", str(out)), snapshot(out))
     steps["report"][0].curves = (out / "curves.png").exists()
@@ -102,6 +103,11 @@ def test_each_session_that_trains_keeps_its_notebook_and_report_lists_them(tried
     assert proc.returncode == 0, proc.stderr
     assert f"executed notebook  {out / 'fresh-1' / 'fashion_mnist-session-1.ipynb'}" in \
         proc.stdout
+    outputs = {name: next(x for x in steps[name][0].stdout.splitlines()
+                          if x.startswith("  outputs ")) for name in ("first", "fresh")}
+    assert outputs["first"].endswith("(checkpoints, metrics.jsonl, plots, TensorBoard logs)")
+    assert outputs["fresh"].endswith("(checkpoints, metrics.jsonl, plots)"), outputs
+    assert not (out / "fresh-1" / "tb").exists()
     assert_same(after_more, {k: v for k, v in after_fresh.items()
                              if k != "fresh-1" and not k.startswith("fresh-1/")}, out)
     report, _ = steps["report"]

@@ -163,9 +163,19 @@ def cmd_run(args) -> int:
     else:
         print(f"  executed notebook  {executing}  (this session trained nothing: the run "
               "folder keeps the notebooks of the sessions that trained)")
-    print(f"  outputs            {run_dir}  (checkpoints, metrics.jsonl, plots, TensorBoard "
-          "logs)")
+    print(f"  outputs            {run_dir}  ({_outputs(run_dir, cfg)})")
     return 0
+
+
+def _outputs(run_dir: Path, cfg) -> str:
+    """What a run folder holds, as the end of `run` names it: the trackers' files only where
+    TRACKERS wrote them (the MLflow store's own line, with how to look, came before)."""
+    kept = ["checkpoints", "metrics.jsonl", "plots"]
+    if "tensorboard" in getattr(cfg, "trackers", ()):
+        kept.append("TensorBoard logs")
+    if any(run_dir.glob("mlflow.db")) or any(run_dir.glob("*/mlflow.db")):
+        kept.append("MLflow store mlflow.db")
+    return ", ".join(kept)
 
 
 def cmd_report(args) -> int:

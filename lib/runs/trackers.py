@@ -17,7 +17,7 @@ tracker kept of earlier sessions), `log` once per epoch with the record metrics.
 - "mlflow": one MLflow run, created once with `MlflowClient.create_run` and continued by id
   (`update_run`, `log_batch` with step = epoch), at MLFLOW_TRACKING_URI (any store MLflow
   takes) or, unset, in a SQLite database in the run folder (sqlite:///<run>/mlflow.db) that
-  travels with the run.
+  travels with the run; a session ends saying `mlflow ui --backend-store-uri ...` (full mlflow).
 
 Every record's step is its epoch and a tracker never gets an epoch twice: a session resumed
 from an older checkpoint (the newer one lost) skips the epochs the tracker already has, and one
@@ -35,6 +35,7 @@ import logging
 import os
 import re
 import secrets as random_ids
+import shlex
 import socket
 import time
 import urllib.parse
@@ -67,6 +68,9 @@ class Tracker:
 
     def close(self) -> None:
         pass
+
+    def ending(self) -> str | None:
+        """A session's last line: where its records are and how to look (None: none)."""
 
 
 def _client(module: str, title: str, install: str):
@@ -233,6 +237,7 @@ class MLflow(Tracker):
             tags = {"platforms": ", ".join(facts["platforms"]), **{
                 f"session.{facts['session']}.{k}": str(v) for k, v in _session(facts).items()}}
             client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        self.uri = uri
         return {"run_id": self.run_id, "tracking_uri": redact(uri)}, line
 
     def log(self, epoch, numbers):
@@ -246,6 +251,13 @@ class MLflow(Tracker):
     def close(self):
         with _quiet():
             self.client.set_terminated(self.run_id)
+
+    def ending(self):
+        if not self.uri.startswith(("sqlite:", "file:", "/", ".")):  # a server: its own UI
+            return f"MLflow: run {self.run_id} at {redact(self.uri)} (open it there)"
+        return (f"MLflow: run {self.run_id} in {self.uri}  (view with: mlflow ui "
+                f"--backend-store-uri {shlex.quote(self.uri)}, from the full `pip install "
+                "mlflow`: the mlflow-skinny installed here has no UI)")
 
 
 KINDS = {t.name: t for t in (TensorBoard, WandB, MLflow)}
@@ -380,4 +392,7 @@ class Trackers:
             except Exception as exc:
                 self.say(f"{tracker.title}: closing failed ({type(exc).__name__}: "
                          f"{redact(str(exc))})")
+                continue
+            if line := tracker.ending():
+                self.say(line)
         self.live = {}
