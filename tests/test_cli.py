@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -256,3 +257,71 @@ def test_the_headline_of_a_run_that_recorded_no_score_says_so(tmp_path):
     assert line.startswith("  test_accuracy 50.00% at epoch 1 (best), 25.00% at epoch 2 (last)")
     assert line.endswith("training works)")
 
+
+def _interrupted(tmp_path: Path, ready, slow: str) -> tuple[subprocess.Popen, str, str,
+                                                             list[str]]:
+    """`train-anywhere run` (3 slow SMOKE epochs) in a terminal's place, sent the SIGINT of a
+    Ctrl-C (to its process group, as a terminal does) once `ready(out)`; with a TMPDIR of its
+    own, so what it leaves there is seen; `slow`: TA_SLOWPOINTS (lib.base.faults), so that
+    the moment lasts. (process, stdout, stderr, its argv after -m lib)."""
+    import signal
+    import time
+
+    out, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    typed = ["run", "fashion_mnist", *SMOKE, "-p", "EPOCHS", "3", "-p", "DATA_DIR",
+             str(tmp_path / "data"), "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp), "TA_SLOWPOINTS": slow}
+    proc = subprocess.Popen([sys.executable, "-m", "lib", *typed], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not ready(out) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    return proc, stdout, stderr, typed
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("moment", ["at start-up", "in epoch 1", "after epoch 1"])
+def test_ctrl_c_says_where_it_stopped_and_how_to_resume_and_keeps_the_notebook(moment,
+                                                                               tmp_path):
+    """Issue 52: interrupted at start-up (the run folder made, no session recorded yet), in its
+    first epoch (training started, nothing saved yet) or in its second: one line saying where
+    and the command that resumes it; the session's notebook in the run folder; nothing left
+    in the temp folder."""
+    from lib.runs.records import read_jsonl
+
+    out = tmp_path / "run"
+    started = {"at start-up": lambda o: o.is_dir() and not (o / "sessions.jsonl").exists(),
+               "in epoch 1": lambda o: (o / "sessions.jsonl").exists(),
+               "after epoch 1": lambda o: len(read_jsonl(o / "metrics.jsonl")) >= 1}[moment]
+    slow = "experiment.record=3" if moment == "at start-up" else "train.step=0.4"  # seconds
+    proc, stdout, stderr, typed = _interrupted(tmp_path, started, slow)
+    assert proc.returncode == 130, (stdout, stderr)
+    lines = [x for x in stderr.splitlines() if x.strip() and "[IPKernelApp]" not in x]
+    assert len(lines) == 1, stderr  # one line, no traceback
+    line = lines[0]
+    notebook = out / "fashion_mnist-session-1.ipynb"
+    if moment == "at start-up":
+        assert not (out / "sessions.jsonl").exists(), line
+        assert line.startswith("interrupted before training started; ")
+    elif moment == "in epoch 1":
+        assert read_jsonl(out / "metrics.jsonl") == [], line  # no epoch finished
+        assert line.startswith("interrupted in epoch 1 of 3, before its first checkpoint; ")
+    else:
+        assert len(read_jsonl(out / "metrics.jsonl")) == 1
+        assert line.startswith(f"interrupted in epoch 2 of 3, after epoch 1 was saved in {out}")
+        # report: the notebook the command line kept, not "run in Jupyter or by papermill"
+        from tests.notebook_run import report_without_torch
+
+        reported = report_without_torch(out)
+        assert str(notebook) in reported and "(run in Jupyter" not in reported
+    assert f"; its notebook is {notebook}; resume with: " in line
+    assert line.endswith(" " + " ".join(shlex.quote(a) for a in typed)), line
+    import nbformat
+
+    assert nbformat.read(notebook, as_version=4).cells  # the session's, as far as it ran
+    assert not list((tmp_path / "tmp").glob("train-anywhere-*"))

@@ -34,10 +34,14 @@ def tried(tmp_path_factory):
             "--out", str(out)]
     steps = {}
 
+    temp = tmp / "tmp"  # the runs' TMPDIR: what they leave there is seen
+    temp.mkdir()
+
     def step(name, *args, env=None, rc=0):
-        proc = ta(*base, *args, env=env)
+        proc = ta(*base, *args, env={"TMPDIR": str(temp), **(env or {})})
         assert proc.returncode == rc, (name, proc.stdout, proc.stderr)
         steps[name] = (proc, snapshot(out))
+        proc.left_in_tmp = sorted(p.name for p in temp.glob("train-anywhere-*"))
 
     step("first", "-p", "EPOCHS", "2")
     # What bench_sweep dates a cell's first training step by: inside this run, before epoch 1
@@ -94,7 +98,10 @@ def test_each_session_that_trains_keeps_its_notebook_and_report_lists_them(tried
         ["fashion_mnist-session-1.ipynb"]
     assert after_again["fashion_mnist-session-1.ipynb"] == \
         steps["first"][1]["fashion_mnist-session-1.ipynb"]
-    assert "(this session trained nothing" in proc.stdout
+    assert "  executed notebook  none kept (this session trained nothing" in proc.stdout
+    # a second `make demo`, nothing to train: nothing left in the temp folder, by any step
+    assert [steps[s][0].left_in_tmp for s in ("first", "refused", "again", "more", "fresh")
+            ] == [[]] * 5
     _, after_more = steps["more"]
     assert "fashion_mnist-session-2.ipynb" in after_more
     assert len(read_jsonl(out / "sessions.jsonl")) == 2  # one notebook per row
