@@ -357,6 +357,19 @@ def compile_figure(rows, path: Path) -> None:
     plt.close(fig)
 
 
+def plan_picture(out: Path) -> None:
+    """The plan guide's picture, made by `train-anywhere plan` itself (guides/plan.md)."""
+    from lib.cli.main import main as cli
+
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+        rc = cli(["plan", "mamba_spike", "--grid", "SEED=1,2,3", "-p", "EPOCHS", "20",
+                  "--quotas", str(DOCS / "guides" / "plan-example.toml"), "--platforms",
+                  "lab_h100", "--start", "2026-12-07T09:00", "--no-kaggle-client",
+                  "--measured", str(BUILD / "no-runs"), "--out", str(out)])
+    if rc:
+        raise SystemExit(f"train-anywhere plan failed ({rc}) for the plan guide's picture")
+
+
 def stage(facts: dict) -> None:
     shutil.rmtree(SRC, ignore_errors=True)
     shutil.copytree(DOCS, SRC, ignore=shutil.ignore_patterns(
@@ -385,6 +398,7 @@ def stage(facts: dict) -> None:
     for p in plat.PLATFORMS.values():
         (SRC / "platforms" / f"{p.name}.md").write_text(platform_page(p, facts))
     (SRC / "benchmarks.md").write_text(benchmarks_page())
+    plan_picture(SRC / "guides" / "plan-example")
     versions = SRC / "guides" / "locked-versions.md"  # the hosted images' table, as README's
     versions.write_text(render.replace_between(
         versions.read_text(), render.IMAGES,

@@ -171,3 +171,39 @@ def test_a_run_resumed_with_another_micro_batch_matches_one_that_never_stopped(t
         torch.testing.assert_close(final_b["model"][k], v, rtol=1e-9, atol=1e-12)
     rows = [json.loads(line) for line in (tmp_path / "b" / "sessions.jsonl").open()]
     assert [(r["micro_batch"], r["accumulation"]) for r in rows] == [(16, 1), (4, 4)]
+
+
+def test_an_xla_out_of_memory_in_the_optimizer_step_is_the_one_line_naming_micro_batch(
+        monkeypatch):
+    """On XLA a step's graph runs at `sync()`: after the first step no micro-batch syncs on
+    its own, so RESOURCE_EXHAUSTED is raised at the optimizer step's sync, outside the
+    micro-batches. It is the same one line with the fix as anywhere else (no torch_xla
+    here: a fake sync that raises as torch_xla does)."""
+    import dataclasses
+
+    from lib.runtime import xla
+
+    armed = {"on": False}
+
+    def sync():
+        if armed["on"]:
+            raise RuntimeError("Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating "
+                               "device buffer: Attempting to allocate 1.2G. That was not "
+                               "possible. There are 800.0M free.")
+
+    monkeypatch.setattr(xla, "sync", sync)
+    monkeypatch.setattr(xla, "optimizer_step", lambda optimizer: optimizer.step())
+    task = exact_task()
+    backend = Backend(dataclasses.replace(CPU, type="xla", where="a TPU v3 core"),
+                      torch.device("cpu"), plan=BatchPlan(16, micro=16, auto=True))
+    batch = [torch.randn(16, 8), torch.arange(16) % 2]
+    backend.train_step(task, batch)  # the first step: its micro-batch syncs, no error
+    armed["on"] = True
+    with pytest.raises(OutOfMemory) as caught:
+        backend.train_step(task, batch)
+    line = str(caught.value)
+    assert "\n" not in line
+    assert line.startswith("out of memory at 16 samples per step on a TPU v3 core "
+                           "(Bad StatusOr access: RESOURCE_EXHAUSTED")
+    assert line.endswith("set MICRO_BATCH = 8 (or \"auto\") and run again: it resumes from "
+                         "the newest checkpoint.")

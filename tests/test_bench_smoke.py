@@ -268,3 +268,13 @@ def test_accumulation_bench_times_every_split_of_one_global_batch():
         (1, 8, False), (2, 4, False), (4, 2, False), (8, 1, False), (1, 8, True)]
     assert cnn[0]["ratio"] == 1.0 and all(r["s_per_sample"] > 0 for r in cnn)
     assert "| the CPU (fp32) | Fashion-MNIST CNN | 8 | 8 | 1 |" in bench_accumulation.table(rows)
+
+
+def test_plan_bench_rows_at_a_tiny_size():
+    from bench import bench_plan
+
+    rows = bench_plan.planning(3)
+    assert [r["cells"] for r in rows] == [3, 3] and rows[0]["ratio"] == 1.0
+    assert rows[1]["finish_days"] <= rows[0]["finish_days"] + 1e-9  # the search keeps the best
+    q = bench_plan.quality(4)
+    assert q["cases"] <= 4 and q["equal"] <= q["cases"] and q["worst_ratio"] >= 1.0

@@ -86,6 +86,76 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, mo
     assert len(list((tmp_path / "two" / "checkpoints").glob("ckpt-*.pt"))) == 2  # rank 0 only
 
 
+@pytest.fixture(scope="module")
+def one_rank_oom(tmp_path_factory):
+    """tests/ddp_one_rank_oom.py on two gloo processes: rank 1 alone runs out of memory in
+    the first step's second micro-batch, after the first one's backward."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path_factory.mktemp("one_rank_oom")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parent.parent
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "tests.ddp_one_rank_oom", str(out)], cwd=root, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1"))
+        for r in (0, 1)]
+    said = []
+    for p in procs:  # both, each to its end: a rank left waiting says where (its stacks)
+        try:  # the worker ends a hang itself (gloo's timeout, faulthandler) before this
+            said.append(p.communicate(timeout=120)[0])
+        except subprocess.TimeoutExpired:
+            p.kill()
+            said.append(p.communicate()[0])
+    for r, p in enumerate(procs):
+        assert p.returncode == 0, f"rank {r} exited {p.returncode}:\n{said[r][-6000:]}"
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)], [
+        torch.load(out / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+
+
+def test_an_out_of_memory_on_one_rank_alone_halves_both_and_matches_one_process(one_rank_oom):
+    """The case that could leave the other rank waiting forever in an all-reduce: rank 1 alone
+    runs out of memory after a backward, rank 0's step succeeds. Both learn it (one
+    all-reduce of a flag, every backward's held back until then), both halve 4 -> 2 and redo
+    the step, and the weights are those of one process taking the whole global batch."""
+    from tests import ddp_one_rank_oom as w
+
+    records, weights = one_rank_oom
+    assert [r["halvings"] for r in records] == [[[4, 2]], [[4, 2]]]
+    assert [[s["micro"] for s in r["steps"]] for r in records] == [[2] * w.STEPS] * 2
+    net = w.model()
+    opt = w.optimizer(net)
+    for step in range(w.STEPS):
+        x, y = w.global_batch(step)
+        nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    for k, v in net.state_dict().items():
+        assert torch.equal(weights[0][k], weights[1][k]), k  # the replicas stay identical
+        torch.testing.assert_close(weights[0][k], v, rtol=1e-5, atol=1e-6)
+
+
+def test_a_step_in_micro_batches_all_reduces_once(one_rank_oom):
+    """DDP's all-reduce runs once per optimizer step, on the last micro-batch's backward
+    (`no_sync` on the 3 others), not once per micro-batch. The first step holds every
+    backward's back: flags (the failed try, the redo), then each gradient once."""
+    from tests import ddp_one_rank_oom as w
+
+    records, _ = one_rank_oom
+    params = len(list(w.model().parameters()))
+    for r in records:
+        first, *later = r["steps"]
+        assert (first["rounds"], first["all_reduce"]) == (0, 2 + params)
+        assert [(s["rounds"], s["all_reduce"]) for s in later] == [(1, 1)] * (w.STEPS - 1)
+
+
 def test_a_distributed_run_resumes_on_every_rank(tmp_path):
     s = session(tmp_path, "r", 16)
     launch(toy_train, s, nprocs=2)

@@ -239,7 +239,8 @@ def test_gallery_and_workload_pages_in_light_and_dark(site, served, browser):
     problems = []
     for mode in ("light", "dark"):
         context = browser.new_context(color_scheme=mode, viewport={"width": 1280, "height": 900})
-        for page in ["gallery.html", *(f"workloads/{w}.html" for w in WORKLOADS)]:
+        for page in ["gallery.html", *(f"workloads/{w}.html" for w in WORKLOADS),
+                     "guides/plan.html"]:
             visit = Visit(context, served + page)
             theme = visit.page.evaluate("document.documentElement.dataset.theme")
             found = visit.problems + [f"image not loaded: {s}" for s in visit.broken_images()]
@@ -250,6 +251,9 @@ def test_gallery_and_workload_pages_in_light_and_dark(site, served, browser):
                 for w in WORKLOADS:
                     card = visit.page.locator(f".workload-card:has(a[href='workloads/{w}.html'])")
                     assert card.locator("img.sd-card-img-top").evaluate("i => i.naturalWidth") > 0
+            if page == "guides/plan.html":  # the plan's picture, drawn by the build
+                picture = visit.page.locator("img[src$='_images/plan.png']")
+                assert picture.count() == 1 and picture.evaluate("i => i.naturalWidth") > 0
             name = page.replace("/", "-").removesuffix(".html")
             visit.page.screenshot(path=str(SHOTS / f"{name}-{mode}.png"), full_page=True)
             problems += [f"{page} ({mode}): {p}" for p in found]

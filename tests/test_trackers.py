@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from lib.workloads.fashion_mnist import FashionConfig
 from tests.test_train import CPU, loaders, make_task
 
 ALL = ["tensorboard", "wandb", "mlflow"]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -113,12 +115,14 @@ def test_two_sessions_on_two_platforms_are_one_run_in_each_tracker(tmp_path, cap
     assert (tags["session.1.platform"], tags["session.2.platform"]) == ("colab_t4", "kaggle_t4x2")
     # TensorBoard, in tb/: the same epochs as scalars.
     assert tb_steps(out) == [1, 2, 3]
-    # Every checkpoint carries the run ids (without the step count).
+    # Every checkpoint carries the run ids and the epochs each tracker had at its save
+    # (epoch 3's checkpoint: 2, epoch 3 is sent after it).
     newest = sorted((out / "checkpoints").glob("ckpt-*.pt"))[-1]
     kept = torch.load(newest, weights_only=True)["trackers"]
-    assert kept == {"wandb": {"id": state["wandb"]["id"], "project": "train-anywhere"},
+    assert kept == {"wandb": {"id": state["wandb"]["id"], "project": "train-anywhere",
+                              "step": 2},
                     "mlflow": {"run_id": run.info.run_id, "tracking_uri": f"sqlite:///{out}/"
-                               "mlflow.db"}}
+                               "mlflow.db", "step": 2}}
 
 
 class Recording(trackers.Tracker):
@@ -127,6 +131,7 @@ class Recording(trackers.Tracker):
     name, title = "wandb", "W&B"
     sessions: list[list[int]] = []
     fail_at: int | None = None
+    tells = False  # whether it can say what it holds (W&B cannot)
 
     def open(self, folder, facts, kept):
         type(self).sessions.append([])
@@ -137,11 +142,15 @@ class Recording(trackers.Tracker):
             raise ConnectionError("the service went away")
         type(self).sessions[-1].append(epoch)
 
+    def held(self, saved):
+        return max(sum(type(self).sessions, []), default=0) if type(self).tells else saved
+
 
 @pytest.fixture
 def recording(monkeypatch):
     monkeypatch.setattr(Recording, "sessions", [])
     monkeypatch.setattr(Recording, "fail_at", None)
+    monkeypatch.setattr(Recording, "tells", False)
     monkeypatch.setitem(trackers.KINDS, "wandb", Recording)
     return Recording
 
@@ -171,14 +180,52 @@ def test_an_epoch_the_tracker_missed_is_sent_by_the_next_session(tmp_path, recor
     assert recording.sessions == [[1, 2], [2, 3]]
 
 
-def test_without_trackers_json_the_checkpoint_keeps_the_tracker_run(tmp_path, recording):
+@pytest.mark.parametrize("tells, sent", [(True, [[1, 2], [3]]), (False, [[1, 2], [2, 3]])])
+def test_without_trackers_json_the_checkpoint_keeps_the_tracker_run(tmp_path, recording,
+                                                                     tells, sent):
+    """The checkpoint of epoch 2 was saved before epoch 2 reached the tracker: a tracker
+    that can say what it holds gets epoch 3 only; one that cannot (W&B) gets epoch 2 again
+    rather than never (the same numbers, at the same step)."""
+    recording.tells = tells
     out = tmp_path / "run"
     session(out, "colab_t4", 2, names=["wandb"])
     (out / "trackers.json").unlink()  # a copy of the run that left it behind
     session(out, "kaggle_t4x2", 3, names=["wandb"])
-    assert recording.sessions == [[1, 2], [3]]
+    assert recording.sessions == sent
     assert json.loads((out / "trackers.json").read_text())["wandb"] == {
         "id": "run-of-colab_t4", "step": 3}
+
+
+@pytest.mark.slow  # MLflow creates its SQLite schema (~4 s of CPU)
+def test_a_kill_between_checkpoint_and_trackers_then_a_carry_of_checkpoints_loses_no_epoch(
+        tmp_path, monkeypatch):
+    """SIGKILLed (failpoint trackers.log) after epoch 2's checkpoint, before MLflow got
+    epoch 2; the run carried on with only checkpoints/ (trackers.json left behind): the next
+    session sends epoch 2, then 3. Carried so again, not killed: epoch 4 only. MLflow is a
+    tracking server here (outside the run folder): every epoch once, in one run."""
+    import shutil
+    import signal
+
+    uri = f"sqlite:///{tmp_path / 'lab.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    out = tmp_path / "run"
+    code = ("from pathlib import Path\nfrom tests.test_trackers import session\n"
+            f"session(Path({str(out)!r}), 'colab_t4', 3, names=['mlflow'])")
+    killed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1",
+                                                         "TA_FAILPOINTS": "trackers.log@2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+
+    def steps():
+        client, run = mlflow_run(uri)
+        return [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
+
+    assert steps() == [1]  # epoch 2 checkpointed, not logged
+    for carried, epochs in (("carried", 3), ("carried-again", 4)):
+        shutil.copytree(out / "checkpoints", tmp_path / carried / "checkpoints")
+        out = tmp_path / carried
+        session(out, "kaggle_p100", epochs, names=["mlflow"])
+    assert steps() == [1, 2, 3, 4]
 
 
 def test_a_tracker_that_fails_is_one_line_and_training_goes_on(tmp_path, capsys, recording):
@@ -241,9 +288,74 @@ def test_wandb_logs_offline_where_told_or_without_network_online_with_a_key(monk
         w.mode()
 
 
-def test_an_mlflow_uri_is_said_without_its_password():
-    assert trackers.redact("https://me:s3cret@mlflow.lab.org/") == "https://***@mlflow.lab.org/"
-    assert trackers.redact("sqlite:////runs/x/mlflow.db") == "sqlite:////runs/x/mlflow.db"
+TOKEN = "tok3n-Pl4nted"
+
+
+@pytest.mark.parametrize("uri, said", [
+    ("https://me:s3cret@mlflow.lab.org/", "https://***@mlflow.lab.org/"),
+    (f"https://me:{TOKEN}@mlflow.lab.org:5000/api", "https://***@mlflow.lab.org:5000/api"),
+    (f"https://me:p@ss/{TOKEN}@mlflow.lab.org/", "https://***@mlflow.lab.org/"),  # "@", "/"
+    (f"https://{TOKEN}@mlflow.lab.org", "https://***@mlflow.lab.org"),  # a token as the user
+    (f"https://mlflow.lab.org/?token={TOKEN}", "https://mlflow.lab.org/?token=***"),
+    (f"https://mlflow.lab.org/x?run=3&access_token={TOKEN}&page=2",
+     "https://mlflow.lab.org/x?run=3&access_token=***&page=2"),
+    (f"http://h:8080/?api_key={TOKEN}", "http://h:8080/?api_key=***"),
+    (f"http://h/?apiKey={TOKEN}&X-Amz-Signature={TOKEN}2",
+     "http://h/?apiKey=***&X-Amz-Signature=***"),
+    (f"https://acct.blob.core.windows.net/c?sv=2024&sig={TOKEN}", "https://acct.blob.core."
+     "windows.net/c?sv=2024&sig=***"),
+    (f"https://h/#access_token={TOKEN}&state=1", "https://h/#access_token=***&state=1"),
+    (f"postgresql://u:{TOKEN}@db:5432/mlflow?password={TOKEN}&sslmode=require",
+     "postgresql://***@db:5432/mlflow?password=***&sslmode=require"),
+    (f"databricks://profile?client_secret={TOKEN}", "databricks://profile?client_secret=***"),
+    ("sqlite:////runs/x/mlflow.db", "sqlite:////runs/x/mlflow.db"),
+    ("file:///runs/x@2/mlruns", "file:///runs/x@2/mlruns"),  # "@" in a path: no user
+    ("https://mlflow.lab.org/?experiment=7&page=2", "https://mlflow.lab.org/?experiment=7&page=2"),
+    # an error line quoting a URI, or a query string on its own
+    (f"ConnectionError: GET https://me:{TOKEN}@h/api?token={TOKEN} failed (timeout)",
+     "ConnectionError: GET https://***@h/api?token=*** failed (timeout)"),
+    (f"bad request: refresh_token={TOKEN}&grant=x", "bad request: refresh_token=***&grant=x"),
+])
+def test_a_tracking_uri_or_error_line_is_said_without_its_secret(uri, said):
+    assert trackers.redact(uri) == said
+    assert TOKEN not in trackers.redact(uri)
+
+
+def test_a_query_token_in_the_tracking_uri_reaches_neither_the_line_nor_trackers_json(
+        tmp_path, capsys, monkeypatch):
+    """A tracking URI with a token in its query: the line saying the server cannot be
+    reached, and trackers.json once a server answers (a stand-in client), hold no token."""
+    import types
+
+    import mlflow.tracking
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:9/?token={TOKEN}")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+    facts = {"workload": "toy", "run": "r", "from_epoch": 1, "session": 1, "experiment": {},
+             "platforms": ["local"]}
+    trackers.Trackers(["mlflow"], tmp_path, say=print).start([], facts)
+    said = capsys.readouterr().out
+    assert said.startswith("MLflow: could not start") and TOKEN not in said, said
+
+    class Answering:  # a server that answers: what trackers.json keeps of it
+        def __init__(self, tracking_uri):
+            assert TOKEN in tracking_uri  # the client itself gets the token
+
+        def get_experiment_by_name(self, name):
+            return types.SimpleNamespace(experiment_id="1")
+
+        def create_run(self, experiment, run_name):
+            return types.SimpleNamespace(info=types.SimpleNamespace(run_id="abc"))
+
+        def log_batch(self, *args, **kwargs):
+            pass
+
+    monkeypatch.setattr(mlflow.tracking, "MlflowClient", Answering)
+    trackers.Trackers(["mlflow"], tmp_path, say=print).start([], facts)
+    kept = json.loads((tmp_path / trackers.STATE).read_text())
+    assert kept["mlflow"]["tracking_uri"] == "http://127.0.0.1:9/?token=***"
+    assert TOKEN not in (tmp_path / trackers.STATE).read_text() + capsys.readouterr().out
 
 
 @pytest.mark.parametrize("value, fault", [

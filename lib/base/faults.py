@@ -3,8 +3,9 @@
 `TA_FAILPOINTS="checkpoint.write@2,train.step@7"` makes the process SIGKILL itself the 2nd
 time it reaches `point("checkpoint.write")`, and so on. Unset (always, outside the fault
 injection tests) a point costs one dictionary lookup. The points: `train.step` (after
-backward, before the optimizer step), `eval.batch` (mid-evaluation) and `checkpoint.write`
-(half of a checkpoint's bytes written).
+backward, before the optimizer step), `eval.batch` (mid-evaluation), `checkpoint.write`
+(half of a checkpoint's bytes written) and `trackers.log` (an epoch's checkpoint saved, the
+epoch not yet sent to the trackers).
 
 `TA_SLOWPOINTS="train.step=0.5"` makes every hit of a point sleep that long instead: a slow
 machine on demand, so a test of a time limit (a Slurm `--time`, a session's clock) does not

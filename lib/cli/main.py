@@ -10,6 +10,7 @@ the same `from_params` the notebook's config cell calls, before any kernel start
     train-anywhere run fashion_mnist -p SMOKE True -p SAMPLE_DATA True -p EPOCHS 2 --out runs/try
     train-anywhere report runs/try
     train-anywhere sweep optimizer_study --grid OPTIMIZER=sgd,adam --grid SEED=0,1 --out runs/s
+    train-anywhere plan runs/try --quota kaggle_t4x2=18h   # where and by when the rest trains
     train-anywhere new my_experiment
 
 Exit status: 0 done, 1 the notebook (or a grid cell) failed, 2 a mistake the user can fix (one
@@ -292,6 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
     from lib.cli.carry import add_carry_parser  # issue 37: moving a run between platforms
 
     add_carry_parser(sub)
+    from lib.cli.plan import add_plan_parser  # issue 51: plan the hours a run needs
+    from lib.cli.plan.follow import follow
+
+    add_plan_parser(sub, param_help)
+    sub.choices["sweep"].set_defaults(follow_plan=follow)  # sweep --plan PLAN.json
 
     p = sub.add_parser(
         "new", help="start a workload of your own from a template that runs everywhere",

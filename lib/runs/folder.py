@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lib.base import atomic
+from lib.base import atomic, faults
 from lib.base import progress as progress_mod
 from lib.base.errors import OutDirError
 from lib.runs import identity as experiment
@@ -179,6 +179,7 @@ class RunFolder:
         if not self.main:
             return
         write_jsonl(self.metrics_path, self.history)
+        faults.point("trackers.log")  # the epoch checkpointed, not yet in the trackers
         self.trackers.log(record)
         self._speed()
         eta_h = progress_mod.eta_hours(record, epochs)

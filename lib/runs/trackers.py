@@ -20,11 +20,13 @@ tracker kept of earlier sessions), `log` once per epoch with the record metrics.
   travels with the run; a session ends saying `mlflow ui --backend-store-uri ...` (full mlflow).
 
 Every record's step is its epoch and a tracker never gets an epoch twice: a session resumed
-from an older checkpoint (the newer one lost) skips the epochs the tracker already has, and one
-killed between its checkpoint and the tracker's log sends the missing epochs when the next
-session opens it. Every session names its platform and device on the tracker's run. Tokens
-come from lib.runtime.secrets (never printed or written). A tracker whose client is missing,
-that has no token, or that fails is one line saying how to fix it; training goes on.
+from an older checkpoint (the newer one lost) skips the epochs the tracker already has, one
+killed between its checkpoint and the tracker's log sends the missing epochs next session.
+trackers.json lost too (a carry that kept only checkpoints/): the checkpoint says what each
+tracker had at its save, the tracker what it holds where it can tell (MLflow); where it cannot
+(W&B), the checkpoint's epoch is sent again, never lost. Every session names its platform and
+device on the tracker's run. Tokens come from lib.runtime.secrets (never printed or written).
+A tracker without its client or token, or that fails, is one line with the fix; training goes on.
 """
 
 from __future__ import annotations
@@ -33,17 +35,17 @@ import contextlib
 import json
 import logging
 import os
-import re
 import secrets as random_ids
 import shlex
-import socket
 import time
 import urllib.parse
 import warnings
 from pathlib import Path
 
 from lib.base import atomic
+from lib.runs.redact import redact
 from lib.runtime import secrets
+from lib.runtime.network import netrc_has, reachable  # here: tests patch trackers.reachable
 
 NAMES = ("tensorboard", "wandb", "mlflow")
 STATE = "trackers.json"  # in the run folder: each tracker's run id and the last epoch it has
@@ -68,6 +70,10 @@ class Tracker:
 
     def close(self) -> None:
         pass
+
+    def held(self, saved: int) -> int:
+        """The last epoch its run holds, asked of its service; `saved` where it cannot tell."""
+        return saved
 
     def ending(self) -> str | None:
         """A session's last line: where its records are and how to look (None: none)."""
@@ -103,29 +109,6 @@ class TensorBoard(Tracker):
         self.writer.close()
 
 
-def reachable(url: str, timeout: float = 3.0) -> bool:
-    """True when a TCP connection to `url`'s host opens (or a proxy is set: it decides)."""
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy")):
-        return True
-    parts = urllib.parse.urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        socket.create_connection((parts.hostname, port), timeout=timeout).close()
-    except (OSError, TypeError):
-        return False
-    return True
-
-
-def _netrc_has(host: str) -> bool:
-    """True when ~/.netrc holds a login for `host` (where `wandb login` keeps the key)."""
-    import netrc
-
-    try:
-        return netrc.netrc().authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):
-        return False
-
-
 class WandB(Tracker):
     name, title = "wandb", "W&B"
     KEY = "WANDB_API_KEY"
@@ -144,7 +127,7 @@ class WandB(Tracker):
         key = secrets.secret(self.KEY)
         if not reachable(base):
             return "offline", None, f"no network to {urllib.parse.urlsplit(base).hostname}"
-        if key is None and not _netrc_has(urllib.parse.urlsplit(base).hostname or ""):
+        if key is None and not netrc_has(urllib.parse.urlsplit(base).hostname or ""):
             raise Unavailable(f"W&B: no API key here: add {secrets.where(self.KEY)} (from "
                               "wandb.ai/authorize), or set WANDB_MODE=offline to log offline "
                               "and `wandb sync` later; training goes on without W&B.")
@@ -252,6 +235,12 @@ class MLflow(Tracker):
         with _quiet():
             self.client.set_terminated(self.run_id)
 
+    def held(self, saved):
+        with _quiet():
+            keys = self.client.get_run(self.run_id).data.metrics
+            return max((m.step for key in keys
+                        for m in self.client.get_metric_history(self.run_id, key)), default=0)
+
     def ending(self):
         if not self.uri.startswith(("sqlite:", "file:", "/", ".")):  # a server: its own UI
             return f"MLflow: run {self.run_id} at {redact(self.uri)} (open it there)"
@@ -263,9 +252,9 @@ class MLflow(Tracker):
 KINDS = {t.name: t for t in (TensorBoard, WandB, MLflow)}
 
 
-def redact(uri: str) -> str:
-    """`uri` without a password or token it may carry (scheme://user:secret@host -> ***)."""
-    return re.sub(r"//[^/@\s]+@", "//***@", uri)
+def _said(exc: Exception) -> str:
+    """A client's error in the one line that says it: redacted, its lines joined."""
+    return " ".join(redact(str(exc)).split())
 
 
 @contextlib.contextmanager
@@ -321,9 +310,10 @@ class Trackers:
         """Open each tracker (its run continued from trackers.json, else from the ids the
         resumed checkpoint kept) and send it the history's epochs it does not have."""
         self.state = read_state(self.folder)
-        if not self.state and saved:  # trackers.json lost: the checkpoint's ids; each
-            # tracker is taken to have the checkpoint's epochs (logged right after its save)
-            self.state = {k: dict(v, step=facts["from_epoch"] - 1) for k, v in saved.items()}
+        if guessed := not self.state and bool(saved):  # trackers.json lost: the checkpoint's
+            # ids and the epochs each tracker had at its save (an older checkpoint: its own)
+            self.state = {k: dict(v, step=v.get("step", facts["from_epoch"] - 1))
+                          for k, v in saved.items()}
         for name in self.names:
             tracker = KINDS[name]()
             kept = self.state.get(name, {})
@@ -334,14 +324,18 @@ class Trackers:
                 continue
             except Exception as exc:  # a service down, a bad URI: one line, training goes on
                 self.say(f"{tracker.title}: could not start ({type(exc).__name__}: "
-                         f"{redact(str(exc))}); training goes on without {tracker.title}.")
+                         f"{_said(exc)}); training goes on without {tracker.title}.")
                 continue
             self.live[name] = tracker
             if line:
                 self.say(line)
             if tracker.keeps_steps:  # a new tracker run (its old one gone) has no epochs
                 same = all(kept.get(k) == v for k, v in keep.items() if k in ("id", "run_id"))
-                self.state[name] = dict(kept, **keep, step=kept.get("step", 0) if same else 0)
+                step = kept.get("step", 0) if same else 0
+                if guessed and same:  # the checkpoint's own epoch may have reached it
+                    with contextlib.suppress(Exception):  # a service that cannot say: as saved
+                        step = tracker.held(step)
+                self.state[name] = dict(kept, **keep, step=step)
                 self._rewound(tracker, facts["from_epoch"] - 1)
                 for record in history:
                     self._send(name, record)
@@ -363,7 +357,7 @@ class Trackers:
             tracker.log(epoch, numbers(record))
         except Exception as exc:
             self.say(f"{tracker.title}: logging epoch {epoch} failed ({type(exc).__name__}: "
-                     f"{redact(str(exc))}); the rest of this session goes on without it.")
+                     f"{_said(exc)}); the rest of this session goes on without it.")
             self.live.pop(name)
             return
         if kept is not None:
@@ -376,9 +370,9 @@ class Trackers:
         self._save()
 
     def ids(self) -> dict:
-        """What a checkpoint keeps of the trackers: their run ids."""
-        return {k: {i: v for i, v in kept.items() if i != "step"}
-                for k, kept in self.state.items()}
+        """What a checkpoint keeps of the trackers: run ids, and the epochs each has before
+        the checkpoint's own is sent (for a lost trackers.json)."""
+        return {k: dict(kept) for k, kept in self.state.items()}
 
     def _save(self) -> None:
         if self.state:
@@ -391,7 +385,7 @@ class Trackers:
                 tracker.close()
             except Exception as exc:
                 self.say(f"{tracker.title}: closing failed ({type(exc).__name__}: "
-                         f"{redact(str(exc))})")
+                         f"{_said(exc)})")
                 continue
             if line := tracker.ending():
                 self.say(line)

@@ -93,7 +93,12 @@ class Backend:
             if together:
                 failed = self._any_failed(failed)
             if not failed:
-                self._step(task, all_held_back=together)
+                try:
+                    self._step(task, all_held_back=together)
+                except Exception as exc:  # XLA runs the step's graph at its sync(), here:
+                    if not batches.is_out_of_memory(exc):  # RESOURCE_EXHAUSTED after the
+                        raise  # first step, when no micro-batch syncs on its own
+                    self._give_up(" ".join(str(exc).split())[:200])
                 self.probing = False
                 return out
             self._restore(task, saved)

@@ -59,7 +59,8 @@ PAGE = 5  # files per output page at most: small, so a run's output spans severa
 ENDPOINTS = {"SaveKernel": "save_kernel", "GetKernelSessionStatus": "status",
              "ListKernelSessionOutput": "output", "StartBlobUpload": "start_blob_upload",
              "GetDatasetStatus": "dataset_status", "CreateDataset": "create_dataset",
-             "CreateDatasetVersion": "create_dataset_version"}
+             "CreateDatasetVersion": "create_dataset_version",
+             "GetAcceleratorQuotaStatistics": "quota"}
 
 
 class Kernel:
@@ -111,6 +112,9 @@ class FakeKaggle(ThreadingHTTPServer):
         self.blobs: dict[str, tuple[str, bytes | None]] = {}  # token -> (file name, bytes)
         self.datasets: dict[str, list[Path]] = {}  # "owner/slug" -> its versions' folders
         self.requests: list[tuple[str, dict, str]] = []  # (endpoint, body, Authorization)
+        # `kaggle quota`'s answer (kagglesdk's ApiGetAcceleratorQuotaStatisticsResponse as
+        # JSON: durations as "<seconds>s"); None: the service has none to give (404).
+        self.accelerator_quota: dict | None = None
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     def __enter__(self):
@@ -196,6 +200,11 @@ class FakeKaggle(ThreadingHTTPServer):
             return 404
         self.blobs[token] = (self.blobs[token][0], data)
         return 200
+
+    def quota(self, body: dict) -> tuple[int, dict]:
+        if self.accelerator_quota is None:
+            return 404, {"code": 404, "message": "no quota statistics"}
+        return 200, self.accelerator_quota
 
     def dataset_status(self, body: dict) -> tuple[int, dict]:
         ref = f"{body.get('ownerSlug')}/{body.get('datasetSlug')}"

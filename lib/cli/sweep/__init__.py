@@ -92,8 +92,9 @@ def cell_name(values: dict) -> str:
     return "__".join(f"{k.lower()}={v}" for k, v in values.items())
 
 
-def plan(args) -> tuple[dict, list[Cell]]:
-    """Check everything (every cell's parameters too), write sweep.json and the cells."""
+def plan(args, only: set[str] | None = None) -> tuple[dict, list[Cell]]:
+    """Check everything (every cell's parameters too), write sweep.json and the cells (only
+    those named in `only`, when given: `sweep --plan` runs a plan's cells backend by backend)."""
     workload = check_workload(args.workload)
     platform = check_platform(args.platform)
     if args.on not in BACKENDS:
@@ -131,7 +132,8 @@ def plan(args) -> tuple[dict, list[Cell]]:
             params["OUT_DIR"] = str(out if shared else cdir / "run")
         params, cfg = resolve_params(workload, platform, params)
         first_cfg = first_cfg or cfg
-        cells.append((Cell(name, values, cdir), params))
+        if only is None or name in only:
+            cells.append((Cell(name, values, cdir), params))
     out.mkdir(parents=True, exist_ok=True)
     atomic.write_text(old, json.dumps(sweep, indent=1, default=str))
     for cell, params in cells:
@@ -150,9 +152,12 @@ def add_sweep_parser(sub, param_help: str) -> None:
         description="Run WORKLOAD's notebook once per cell of the --grid (each in its own "
                     "folder under --out, finished cells skipped, so re-running the same "
                     "command resumes), then write the summary table and figures.")
-    p.add_argument("workload", metavar="WORKLOAD")
+    p.add_argument("workload", metavar="WORKLOAD", nargs="?")
     p.add_argument("--grid", action="append", metavar="NAME=V1,V2",
                    help="a grid axis (repeatable), e.g. --grid OPTIMIZER=sgd,adam --grid SEED=0,1")
+    p.add_argument("--plan", metavar="PLAN.json",
+                   help="run the cells of `train-anywhere plan WORKLOAD --grid ...`'s plan.json "
+                        "on the backends it names (its workload, grid and -p; -p here adds)")
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help=param_help + " (the same in every cell)")
     p.add_argument("--platform", default=None,
@@ -194,10 +199,15 @@ DEFAULT_PLATFORM = {"local": "local", "slurm": "local", "kaggle": "kaggle_p100",
                     "colab": "colab_t4"}
 
 
-def sweep_command(args) -> int:
+def sweep_command(args, only: set[str] | None = None) -> int:
+    if getattr(args, "plan", None) and only is None:
+        return args.follow_plan(args)  # lib.cli.plan.follow (wired by lib.cli.main)
+    if args.workload is None:
+        raise UsageError("give the WORKLOAD to sweep, or --plan PLAN.json (from `train-anywhere "
+                         "plan WORKLOAD --grid ...`).")
     if args.platform is None:
         args.platform = DEFAULT_PLATFORM.get(args.on, "local")
-    sweep, cells = plan(args)
+    sweep, cells = plan(args, only)
     out = Path(args.out).expanduser().resolve()
     todo = [c for c in cells if not c.done]
     print(f"sweep {sweep['workload']} on {args.on}: {len(cells)} cells, "

@@ -154,11 +154,13 @@ def runs(out: Path, metric: str) -> str:
 
 
 def report(out: Path) -> str:
-    """The results of `out`, then what its sessions measured per platform (lib.cli.speed)."""
+    """The results of `out`, then what its sessions measured per platform (lib.cli.speed),
+    then its plan.json beside what ran and a re-plan of what is left (lib.cli.plan.compare)."""
+    from lib.cli.plan.compare import report as planned  # plan.json beside what ran
     from lib.cli.speed import table
 
-    text, timed = results(Path(out)), table(Path(out))
-    return f"{text}\n\n{timed}" if timed else text
+    text, timed, plan = results(Path(out)), table(Path(out)), planned(Path(out))
+    return "\n\n".join(part for part in (text, timed, plan) if part)
 
 
 def results(out: Path) -> str:

@@ -1,0 +1,75 @@
+"""What is left to train in a folder, read without torch: a run folder, a grid's folder of
+runs or a sweep's folder (a workload with parameters: grid.py). Imports nothing of the sweep,
+so that `report` (lib/cli/sweep/report.py) can re-plan with it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lib.cli.params import UsageError
+from lib.cli.plan.speeds import full_samples, run_samples, settings_of
+from lib.cli.speed import timed_sessions
+from lib.runs.records import read_jsonl
+
+
+@dataclass
+class Work:
+    """The runs left (name -> epochs), their workload and settings, what an epoch holds."""
+
+    workload: str
+    settings: dict
+    runs: dict  # name -> epochs left
+    samples: int | None  # training samples per epoch (None: unknown)
+    origin: str  # what was planned, for the plan's header
+    cells: dict = field(default_factory=dict)  # run name -> the sweep cell it belongs to
+    folder: Path | None = None  # the run folder planned, where plan.json goes
+    request: dict | None = None  # a workload's -p pairs and --grid items, for `sweep --plan`
+
+
+def from_folder(folder: Path) -> Work:
+    """The epochs each run under `folder` has left: EPOCHS of its newest session less the
+    epochs its metrics.jsonl holds; a sweep's folder: each unfinished cell's."""
+    folder = Path(folder)
+    if (folder / "sweep.json").exists():
+        return _from_sweep(folder)
+    found = timed_sessions(folder)
+    if not found:
+        raise UsageError(f"{folder} holds no run that trained (no sessions.jsonl under it); "
+                         "pass the --out of a run, or plan a workload: train-anywhere plan "
+                         "WORKLOAD -p EPOCHS N.")
+    workload, settings = settings_of(found[0][0])
+    runs = {}
+    for run_dir, rows in found:
+        target = rows[-1].get("epochs") or 0
+        name = "." if run_dir == folder else str(run_dir.relative_to(folder))
+        runs[name] = max(0, target - len(read_jsonl(run_dir / "metrics.jsonl")))
+    return Work(workload, settings, runs, run_samples(found[0][0]), str(folder),
+                folder=folder)
+
+
+def _from_sweep(folder: Path) -> Work:
+    spec = json.loads((folder / "sweep.json").read_text())
+    runs, cells = {}, {}
+    settings = {k: spec.get("params", {}).get(k.upper()) for k in ("dataset", "smoke",
+                                                                      "sample_data")}
+    for path in sorted((folder / "cells").glob("*/cell.json")):
+        cell = json.loads(path.read_text())
+        if (path.parent / "DONE.json").exists():
+            continue
+        epochs = int(cell.get("epochs") or cell["params"].get("EPOCHS") or 0)
+        done = len(read_jsonl(path.parent / "run" / "metrics.jsonl"))
+        runs[cell["name"]] = max(0, epochs - done)
+        cells[cell["name"]] = cell["name"]
+    samples = next((run_samples(p.parent) for p in sorted(folder.rglob("metrics.jsonl"))), None)
+    return Work(spec["workload"], settings, runs,
+                samples or full_samples(spec["workload"], settings), str(folder), cells,
+                folder=folder)
+
+
+def nothing_left(work: Work) -> None:
+    if not any(work.runs.values()):
+        raise UsageError(f"nothing left to train in {work.origin}: every run has trained its "
+                         "EPOCHS; raise EPOCHS (-p EPOCHS N) to plan more.")
