@@ -65,31 +65,57 @@ def file_states(root: Path, cfg: dict, expected: dict[Path, str]) -> dict[Path, 
 
 def stale_files(root: Path = ROOT) -> list[str]:
     """Generated files that are missing, differ, carry outputs or edits, or are left over from
-    a removed source: one line each, with what to run."""
+    a removed source: one line each, with the command that fixes it."""
+    return [line for line, _ in findings(root)]
+
+
+# What fixes each kind of finding, for --check's summary (each finding's line names its own).
+FIXES = {"render": "`python build_notebooks.py` renders the {n} stale or missing",
+         "outputs": "`python build_notebooks.py --force NOTEBOOK` cleans the {n} carrying "
+                    "outputs (keeping a copy)",
+         "edited": "`python build_notebooks.py --carry-back NOTEBOOK` (or `--force NOTEBOOK`) "
+                   "sees to the {n} edited by hand",
+         "unreadable": "fix the {n} unreadable, or `python build_notebooks.py --force FILE`",
+         "orphan": "`rm` the {n} not generated from any source"}
+
+
+def findings(root: Path = ROOT) -> list[tuple[str, str]]:
+    """(line, kind of fix: a key of FIXES) of each generated file to see to."""
     cfg = settings(root / "pyproject.toml")
     expected = expected_files(root, cfg)
     problems = []
     for path, (state, found) in file_states(root, cfg, expected).items():
         rel = path.relative_to(root)
         if state in ("missing", "stale"):
-            problems.append(f"{rel}: {state}")
+            problems.append((f"{rel}: {state}: `python build_notebooks.py` renders it",
+                             "render"))
         elif state.startswith("executed"):
-            problems.append(f"{rel}: carries outputs (run in place): clean it with `python "
-                            f"build_notebooks.py --force {rel}` (it keeps your executed copy "
-                            "beside it)")
+            problems.append((f"{rel}: carries outputs (run in place): clean it with `python "
+                             f"build_notebooks.py --force {rel}` (it keeps your executed copy "
+                             "beside it)", "outputs"))
         elif state == "edited":
-            problems.append(f"{rel}: edited by hand ({'; '.join(found)}): `python "
-                            f"build_notebooks.py --carry-back {rel}` carries the edits to the "
-                            f"source, `--force {rel}` keeps a copy and renders it afresh")
+            problems.append((f"{rel}: edited by hand ({'; '.join(found)}): `python "
+                             f"build_notebooks.py --carry-back {rel}` carries the edits to the "
+                             f"source, `--force {rel}` keeps a copy and renders it afresh",
+                             "edited"))
         elif state == "unreadable":
-            problems.append(f"{rel}: {found[0]}: {_fix_unreadable(rel)}")
+            problems.append((f"{rel}: {found[0]}: {_fix_unreadable(rel)}", "unreadable"))
     generated = set(expected)
     for p in sorted((root / "notebooks").rglob("*")):
         if p.is_file() and p.suffix in (".ipynb", ".json") and p not in generated \
                 and ".ipynb_checkpoints" not in p.parts \
                 and not COPY.match(p.name):  # Jupyter's autosaves, the copies a build kept
-            problems.append(f"{p.relative_to(root)}: not generated from any source (remove it)")
+            rel = p.relative_to(root)
+            problems.append((f"{rel}: not generated from any source: remove it (`rm {rel}`)",
+                             "orphan"))
     return problems
+
+
+def summary(found: list[tuple[str, str]]) -> str:
+    """--check's last line: how many, and the command for each kind found (no other)."""
+    kinds = [kind for _, kind in found]
+    fixes = [FIXES[k].format(n=kinds.count(k)) for k in FIXES if k in kinds]
+    return f"{len(found)} generated file(s) to see to: {'; '.join(fixes)}"
 
 
 def _fix_unreadable(rel: Path) -> str:
@@ -175,12 +201,11 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
         return 1 if problems else 0
     if not args.check:
         return build(root, args.force)
-    problems = stale_files(root)
-    for line in problems:
+    problems = findings(root)
+    for line, _ in problems:
         print(line)
     if problems:
-        print(f"{len(problems)} generated file(s) to see to: `python build_notebooks.py` "
-              "renders what is out of date; each line says what else to run")
+        print(summary(problems))
         return 1
     print("notebooks and README badge table are up to date")
     return 0

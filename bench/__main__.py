@@ -27,7 +27,7 @@ from bench import bench_gpu, bench_loop, bench_pipeline, bench_suite, bench_swee
 from bench.common import FIGURES, ROOT, machine, markdown_table, run_python, set_threads
 
 SECTIONS = ("loop", "pipeline", "device_data", "mamba_spike", "compile", "scan", "seg", "xla",
-            "suite", "sweep", "gpu", "opens", "durable", "accumulation", "plan")
+            "suite", "sweep", "gpu", "opens", "durable", "accumulation", "plan", "report")
 EXTERNAL = {"scan": ("bench_scan", "Mamba selective scan: parallel vs sequential"),
             "seg": ("bench_seg", "MSHNet SLS loss and metrics: vectorised vs per-sample"),
             "device_data": ("bench_device_data", "Input pipeline on the device: host work per "
@@ -39,6 +39,7 @@ EXTERNAL = {"scan": ("bench_scan", "Mamba selective scan: parallel vs sequential
                       "time on the Drive stand-in / local disk"),
             "accumulation": ("bench_accumulation", "Gradient accumulation: what a global batch "
                              "in micro-batches costs per sample"),
+            "report": ("bench_report", "`report` on a real run folder: seconds, without torch"),
             "durable": ("bench_durable", "What a durable checkpoint costs on Drive: save and "
                         "resume, direct vs staged with its marker"),
             "plan": ("bench_plan", "Planning: `train-anywhere plan` for a 100-cell grid, and its "
@@ -105,7 +106,8 @@ TITLES = {"loop": "Loop overhead: `fit` vs a bare PyTorch loop",
           "pipeline": "Input pipeline: data loading vs training step",
           "scan": EXTERNAL["scan"][1], "seg": EXTERNAL["seg"][1],
           **{k: EXTERNAL[k][1] for k in ("device_data", "mamba_spike", "compile", "opens",
-                                                 "durable", "accumulation", "plan")},
+                                                 "durable", "accumulation", "plan",
+                                                 "report")},
           "xla": "XLA on the CPU vs eager CPU", "suite": "The suite: rendering and notebooks",
           "sweep": "Sweep: overhead per grid cell of each backend",
           "gpu": "GPU: samples/s, peak memory, fraction of peak FLOP/s"}

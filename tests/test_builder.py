@@ -198,17 +198,23 @@ def test_check_names_stale_missing_and_orphaned_files(project):
     (project / "notebooks/local/fashion_mnist.edited.ipynb").write_text("{}")
     (project / "notebooks/local/mshnet.executed-2.ipynb").write_text("{}")
     problems = bn.stale_files(project)
-    assert "notebooks/colab_t4/fashion_mnist.ipynb: missing" in problems
-    assert "notebooks/kaggle_p100/fashion_mnist.ipynb: stale" in problems
-    assert any(p.startswith("notebooks/local/old.ipynb: not generated") for p in problems)
+    render = ": `python build_notebooks.py` renders it"
+    assert f"notebooks/colab_t4/fashion_mnist.ipynb: missing{render}" in problems
+    assert f"notebooks/kaggle_p100/fashion_mnist.ipynb: stale{render}" in problems
+    assert ("notebooks/local/old.ipynb: not generated from any source: remove it (`rm "
+            "notebooks/local/old.ipynb`)") in problems
     assert len(problems) == 3
+    # the summary names the command of each kind found, and no other
+    assert bn.summary(bn.findings(project)) == (
+        "3 generated file(s) to see to: `python build_notebooks.py` renders the 2 stale or "
+        "missing; `rm` the 1 not generated from any source")
 
 
 def test_editing_the_source_makes_check_fail(project):
     src = project / "notebooks_src/fashion_mnist.py"
     src.write_text(src.read_text().replace("EPOCHS = 14", "EPOCHS = 15"))
     problems = bn.stale_files(project)
-    assert len([p for p in problems if p.endswith(": stale")]) == len(PLATFORMS)
+    assert len([p for p in problems if ": stale: " in p]) == len(PLATFORMS)
 
 
 def test_check_command_exit_codes():
@@ -231,7 +237,7 @@ def test_platforms_as_tested_is_the_image_manifest(project):
     assert "| Colab TPU | 3.13 | 2.9.0 / 0.24.0 | torch_xla 2.9.0, jax 0.7.2; TPU v5e-1" in table
     manifest = project / "images.toml"
     manifest.write_text(manifest.read_text().replace('torch_xla = "2.8.0"', 'torch_xla = "2.8.1"'))
-    assert bn.stale_files(project) == ["README.md: stale"]
+    assert bn.stale_files(project) == ["README.md: stale: `python build_notebooks.py` renders it"]
     assert "torch_xla 2.8.1; TPU v5e-8" in render.images_table(manifest)
 
 

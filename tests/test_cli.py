@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,22 @@ BAD = [
     (["run", "fashion_mnist", "-p", "OUT_DIR", "x"], "--out DIR, not -p OUT_DIR"),
     (["run", "fashion_mnist", "-p", "PLATFORM", "colab_t4"], "contradicts --platform"),
     (["run", "optimizer_study", "-p", "OPTIMIZER", "adamm"], "OPTIMIZER"),
+    # the fix is the user's value, quoted once for a shell (issue 52)
+    (["run", "fashion_mnist", "-p", "TRACKERS", "wandb"],
+     """TRACKERS='wandb' has type str; expected a list of str; set it with """
+     """-p TRACKERS '["wandb"]'."""),
+    (["run", "fashion_mnist", "-p", "TRACKERS", '["neptune"]'],
+     """TRACKERS=["neptune"]: 'neptune' is not a tracker; expected each of ['tensorboard', """
+     """'wandb', 'mlflow'] at most once; set it with -p TRACKERS '["tensorboard"]'."""),
+    (["run", "fashion_mnist", "-p", "TRACKERS", '["wandbb", "mlflow"]'],
+     """set it with -p TRACKERS '["wandb", "mlflow"]'."""),
+    # refused before any kernel starts, as the session would refuse it (lib.training.batch)
+    (["run", "fashion_mnist", *SMOKE, "-p", "MICRO_BATCH", "7", "--out", "{tmp}/o"],
+     "MICRO_BATCH=7 does not divide the 32 samples each device takes per step (global batch "
+     "32 over 1 device(s)); expected one of [1, 2, 4, 8, 16, 32]; set it with -p MICRO_BATCH "
+     "auto"),
+    (["run", "fashion_mnist", "-p", "BATCH_SIZE", "48", "-p", "MICRO_BATCH", "32", "--out",
+      "{tmp}/o"], "MICRO_BATCH=32 does not divide the 48 samples each device takes"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["run"], "the following arguments are required: WORKLOAD"),
     (["report", "{tmp}/missing"], "is not a folder"),
@@ -142,8 +159,9 @@ def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert len(lines) == 1, captured.err
-    assert message in lines[0]
+    assert message in lines[0] and "\\" not in lines[0]  # no escaped quotes to read through
     assert not list(tmp_path.rglob("*.ipynb")), "nothing may run on a usage error"
+    assert not (tmp_path / "o").exists()  # no --out folder made
 
 
 def test_sweep_refuses_a_folder_holding_another_sweep(tmp_path, capsys):
@@ -238,3 +256,72 @@ def test_the_headline_of_a_run_that_recorded_no_score_says_so(tmp_path):
     (line,) = cli._headline(tmp_path, "fashion_mnist", sample=True)
     assert line.startswith("  test_accuracy 50.00% at epoch 1 (best), 25.00% at epoch 2 (last)")
     assert line.endswith("training works)")
+
+
+def _interrupted(tmp_path: Path, ready, slow: str) -> tuple[subprocess.Popen, str, str,
+                                                             list[str]]:
+    """`train-anywhere run` (3 slow SMOKE epochs) in a terminal's place, sent the SIGINT of a
+    Ctrl-C (to its process group, as a terminal does) once `ready(out)`; with a TMPDIR of its
+    own, so what it leaves there is seen; `slow`: TA_SLOWPOINTS (lib.base.faults), so that
+    the moment lasts. (process, stdout, stderr, its argv after -m lib)."""
+    import signal
+    import time
+
+    out, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    typed = ["run", "fashion_mnist", *SMOKE, "-p", "EPOCHS", "3", "-p", "DATA_DIR",
+             str(tmp_path / "data"), "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp), "TA_SLOWPOINTS": slow}
+    proc = subprocess.Popen([sys.executable, "-m", "lib", *typed], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not ready(out) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    return proc, stdout, stderr, typed
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("moment", ["at start-up", "in epoch 1", "after epoch 1"])
+def test_ctrl_c_says_where_it_stopped_and_how_to_resume_and_keeps_the_notebook(moment,
+                                                                               tmp_path):
+    """Issue 52: interrupted at start-up (the run folder made, no session recorded yet), in its
+    first epoch (training started, nothing saved yet) or in its second: one line saying where
+    and the command that resumes it; the session's notebook in the run folder; nothing left
+    in the temp folder."""
+    from lib.runs.records import read_jsonl
+
+    out = tmp_path / "run"
+    started = {"at start-up": lambda o: o.is_dir() and not (o / "sessions.jsonl").exists(),
+               "in epoch 1": lambda o: (o / "sessions.jsonl").exists(),
+               "after epoch 1": lambda o: len(read_jsonl(o / "metrics.jsonl")) >= 1}[moment]
+    slow = "experiment.record=3" if moment == "at start-up" else "train.step=0.4"  # seconds
+    proc, stdout, stderr, typed = _interrupted(tmp_path, started, slow)
+    assert proc.returncode == 130, (stdout, stderr)
+    lines = [x for x in stderr.splitlines() if x.strip() and "[IPKernelApp]" not in x]
+    assert len(lines) == 1, stderr  # one line, no traceback
+    line = lines[0]
+    notebook = out / "fashion_mnist-session-1.ipynb"
+    if moment == "at start-up":
+        assert not (out / "sessions.jsonl").exists(), line
+        assert line.startswith("interrupted before training started; ")
+    elif moment == "in epoch 1":
+        assert read_jsonl(out / "metrics.jsonl") == [], line  # no epoch finished
+        assert line.startswith("interrupted in epoch 1 of 3, before its first checkpoint; ")
+    else:
+        assert len(read_jsonl(out / "metrics.jsonl")) == 1
+        assert line.startswith(f"interrupted in epoch 2 of 3, after epoch 1 was saved in {out}")
+        # report: the notebook the command line kept, not "run in Jupyter or by papermill"
+        from tests.notebook_run import report_without_torch
+
+        reported = report_without_torch(out)
+        assert str(notebook) in reported and "(run in Jupyter" not in reported
+    assert f"; its notebook is {notebook}; resume with: " in line
+    assert line.endswith(" " + " ".join(shlex.quote(a) for a in typed)), line
+    import nbformat
+
+    assert nbformat.read(notebook, as_version=4).cells  # the session's, as far as it ran
+    assert not list((tmp_path / "tmp").glob("train-anywhere-*"))

@@ -164,7 +164,12 @@ def test_check_names_a_notebook_run_in_place_and_the_command_that_cleans_it(user
     assert left.startswith(f"left 1 notebook(s) run in place as they are (their cells are "
                            f"current: rendering would only delete the outputs): {LOCAL}. "), left
     assert bn.main(["--check"], root=user) == 1
-    (line,) = lines_naming(capsys.readouterr().out, LOCAL)
+    said = capsys.readouterr().out
+    # the summary names what cleans it, not `python build_notebooks.py` (which leaves it)
+    assert said.splitlines()[-1] == ("1 generated file(s) to see to: `python build_notebooks.py "
+                                     "--force NOTEBOOK` cleans the 1 carrying outputs (keeping "
+                                     "a copy)")
+    (line,) = lines_naming(said, LOCAL)
     assert line.startswith(f"{LOCAL}: carries outputs (run in place): clean it with "), line
     (clean,) = commands_in(line)
     assert clean == ["python", "build_notebooks.py", "--force", LOCAL]

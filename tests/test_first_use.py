@@ -14,7 +14,7 @@ import pytest
 
 from lib.base.progress import epoch_line, shown
 from lib.runs.records import read_jsonl
-from tests.notebook_run import markdown_outputs, stream_text
+from tests.notebook_run import markdown_outputs, report_without_torch, stream_text
 from tests.test_cli import ROOT, SMOKE, stderr_lines, ta
 from tests.unchanged import assert_same, snapshot
 
@@ -34,10 +34,14 @@ def tried(tmp_path_factory):
             "--out", str(out)]
     steps = {}
 
+    temp = tmp / "tmp"  # the runs' TMPDIR: what they leave there is seen
+    temp.mkdir()
+
     def step(name, *args, env=None, rc=0):
-        proc = ta(*base, *args, env=env)
+        proc = ta(*base, *args, env={"TMPDIR": str(temp), **(env or {})})
         assert proc.returncode == rc, (name, proc.stdout, proc.stderr)
         steps[name] = (proc, snapshot(out))
+        proc.left_in_tmp = sorted(p.name for p in temp.glob("train-anywhere-*"))
 
     step("first", "-p", "EPOCHS", "2")
     # What bench_sweep dates a cell's first training step by: inside this run, before epoch 1
@@ -50,10 +54,12 @@ def tried(tmp_path_factory):
     # A limit of 4 ms: the session stops (saved) before its first new epoch, as before a
     # Kaggle or Colab limit.
     step("more", "-p", "EPOCHS", "3", env={"TA_SESSION_HOURS": "0.000001"})
-    step("fresh", "-p", "EPOCHS", "1", "-p", "LR", "0.5", "-p", "RESUME", "new")
+    step("fresh", "-p", "EPOCHS", "1", "-p", "LR", "0.5", "-p", "RESUME", "new",
+         "-p", "TRACKERS", "[]")  # no tracker: the end line names no TensorBoard logs
     (out / "curves.png").unlink()  # `report` writes it again, without training
     steps["report"] = (ta("report", str(out)), snapshot(out))
     steps["report"][0].curves = (out / "curves.png").exists()
+    steps["report without torch"] = report_without_torch(out)  # a resumed run's own folder
     return out, steps
 
 
@@ -92,7 +98,10 @@ def test_each_session_that_trains_keeps_its_notebook_and_report_lists_them(tried
         ["fashion_mnist-session-1.ipynb"]
     assert after_again["fashion_mnist-session-1.ipynb"] == \
         steps["first"][1]["fashion_mnist-session-1.ipynb"]
-    assert "(this session trained nothing" in proc.stdout
+    assert "  executed notebook  none kept (this session trained nothing" in proc.stdout
+    # a second `make demo`, nothing to train: nothing left in the temp folder, by any step
+    assert [steps[s][0].left_in_tmp for s in ("first", "refused", "again", "more", "fresh")
+            ] == [[]] * 5
     _, after_more = steps["more"]
     assert "fashion_mnist-session-2.ipynb" in after_more
     assert len(read_jsonl(out / "sessions.jsonl")) == 2  # one notebook per row
@@ -101,11 +110,17 @@ def test_each_session_that_trains_keeps_its_notebook_and_report_lists_them(tried
     assert proc.returncode == 0, proc.stderr
     assert f"executed notebook  {out / 'fresh-1' / 'fashion_mnist-session-1.ipynb'}" in \
         proc.stdout
+    outputs = {name: next(x for x in steps[name][0].stdout.splitlines()
+                          if x.startswith("  outputs ")) for name in ("first", "fresh")}
+    assert outputs["first"].endswith("(checkpoints, metrics.jsonl, plots, TensorBoard logs)")
+    assert outputs["fresh"].endswith("(checkpoints, metrics.jsonl, plots)"), outputs
+    assert not (out / "fresh-1" / "tb").exists()
     assert_same(after_more, {k: v for k, v in after_fresh.items()
                              if k != "fresh-1" and not k.startswith("fresh-1/")}, out)
     report, _ = steps["report"]
     assert report.returncode == 0, report.stderr
     assert "| . | 2 | " in report.stdout and report.curves
+    assert steps["report without torch"].startswith(report.stdout.split("\n\n")[0])
     listed = report.stdout.split("executed notebooks, one per session that trained:")[1]
     listed = listed.strip().split("\n\n")[0]  # the measured per-platform table follows
     assert [p.strip() for p in listed.strip().splitlines()] == [

@@ -14,6 +14,7 @@ from tests.notebook_run import (
     execute,
     figure_titles,
     markdown_outputs,
+    report_without_torch,
     stream_text,
 )
 
@@ -72,6 +73,8 @@ def test_notebook_trains_on_the_cpu(platform, tmp_path):
     assert set(titles) == {"curves.png", "predictions.png"}, titles
     assert all(t.splitlines()[0].endswith("(synthetic sample)") for t in titles.values()), titles
     check_clean_outputs(nb)
+    reported = report_without_torch(tmp_path / "run")
+    assert "| . | 2 | " in reported and "best test_mIoU" in reported  # its headline
     assert f"| mIoU (%) | {best['test_mIoU']:.2f} | 67.16 |" in table
     assert f"| Fa (x1e-6) | {best['test_Fa']:.2f} | 15.03 |" in table
     assert f"| Fa, every unmatched pixel (x1e-6) | {best['test_Fa_all']:.2f} | - |" in table

@@ -15,6 +15,7 @@ from tests.notebook_run import (
     execute,
     figure_titles,
     markdown_outputs,
+    report_without_torch,
     stream_text,
 )
 from tests.unchanged import assert_unchanged, snapshot
@@ -90,6 +91,8 @@ def test_study_notebook_runs_the_grid_on_the_cpu(platform, tmp_path):
     assert set(titles) == {"curves-cifar10-sym0.2.png", "bars-cifar10-sym0.2.png"}, titles
     assert all(t.splitlines()[0].endswith("(synthetic sample)") for t in titles.values()), titles
     assert "study: 3 run(s) left, about" in text and "study: 0 run(s) left" in text
+    reported = report_without_torch(tmp_path / "study")  # the grid's own table
+    assert "| lion | 2 |" in reported and "4 runs; written:" in reported
     assert {r["lr"] for r in rows if r["optimizer"] == "lion"} == {2e-4}
     for r in rows:
         assert {h["device"] for h in read_jsonl(tmp_path / "study" / r["run"] / "metrics.jsonl")

@@ -7,6 +7,7 @@ import importlib.metadata
 import io
 import json
 import subprocess
+import types
 from datetime import datetime
 
 import pytest
@@ -30,12 +31,14 @@ def test_a_sessions_row_says_what_it_ran_on_and_how_fast(tmp_path, capsys):
     assert row["torch_xla"] is None  # not installed in this lane
     import torch
 
-    assert row["cuda"] == torch.version.cuda and "cudnn" in row
+    # what the wheel was built for, not a GPU here: this machine has none
+    assert row["torch_cuda_build"] == torch.version.cuda and "torch_cudnn_build" in row
+    assert row["cuda_devices"] == 0 and "cuda" not in row
     assert row["accelerator"] and row["accelerator_memory_gb"] > 0  # the CPU and its memory
     assert row["project_version"] == lib.__version__
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
                           capture_output=True, text=True).stdout.strip()
-    assert row["project_commit"] == head
+    assert row["project_commit"] in (head, f"{head}-dirty")
     started, ended = (datetime.fromisoformat(row[k]) for k in ("started_at", "ended_at"))
     assert started <= ended and started.tzinfo is not None
     assert row["epochs_trained"] == 2 and row["from_epoch"] == 1
@@ -43,6 +46,62 @@ def test_a_sessions_row_says_what_it_ran_on_and_how_fast(tmp_path, capsys):
     assert row["samples_per_s"] == pytest.approx(192 / train_s, rel=0.01)
     assert row["seconds_per_epoch"] == pytest.approx(
         sum(r["seconds"] for r in history) / 2, abs=1e-3)
+
+
+def test_a_cuda_gpu_is_named_with_its_memory_in_the_row(monkeypatch):
+    """The CUDA branch, on a machine without one: a T4 as torch describes it (15.8 GB)."""
+    import torch
+
+    from lib.runtime import device
+
+    t4 = types.SimpleNamespace(name="Tesla T4", total_memory=15_828_320_256)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: t4)
+    assert device.accelerator("cuda") == ("Tesla T4", 15.8)
+    row = environment.facts("cuda")
+    assert (row["accelerator"], row["accelerator_memory_gb"]) == ("Tesla T4", 15.8)
+    assert row["cuda_devices"] == 2 and row["torch_cuda_build"] == torch.version.cuda
+
+
+def test_apple_mps_is_named_with_the_memory_it_may_use(monkeypatch):
+    import torch
+
+    from lib.runtime import device
+
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 22_906_503_168,
+                        raising=False)
+    assert device.accelerator("mps") == ("Apple GPU (MPS)", 22.9)
+    assert environment.facts("mps")["accelerator"] == "Apple GPU (MPS)"
+
+
+def test_a_row_written_before_the_rename_reads_with_todays_names(tmp_path):
+    old = {"platform": "colab_t4", "cuda": "12.6", "cudnn": 91002, "from_epoch": 1}
+    (tmp_path / "sessions.jsonl").write_text(json.dumps(old) + "\n")
+    (row,) = read_sessions(tmp_path)
+    assert row == {"platform": "colab_t4", "torch_cuda_build": "12.6",
+                   "torch_cudnn_build": 91002, "from_epoch": 1}
+
+
+def test_the_commit_is_marked_dirty_when_tracked_files_changed(tmp_path):
+    """A real repository: clean, then a tracked file edited (what ran is not that commit),
+    then only an untracked file (as `git describe --dirty`: still the commit)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "train.py").write_text("lr = 0.1\n")
+    git("add", "train.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    head = git("rev-parse", "--short=12", "HEAD")
+    assert environment.commit(tmp_path) == head
+    (tmp_path / "notes.txt").write_text("untracked\n")
+    assert environment.commit(tmp_path) == head
+    (tmp_path / "train.py").write_text("lr = 0.2\n")
+    assert environment.commit(tmp_path) == f"{head}-dirty"
+    assert environment.commit(tmp_path / "notes.txt") is None  # not a folder of a checkout
 
 
 def test_a_resumed_run_on_another_torch_minor_says_so_in_one_line(tmp_path, capsys):

@@ -104,6 +104,12 @@ def test_two_sessions_on_two_platforms_are_one_run_in_each_tracker(tmp_path, cap
     client, run = mlflow_run(f"sqlite:///{out}/mlflow.db")
     assert run.info.run_id == state["mlflow"]["run_id"] and run.info.status == "FINISHED"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == [1, 2, 3]
+    # Each session ends naming the store and how to look at it, as TensorBoard's "view with"
+    ends = [line for line in first + second if line.startswith("MLflow: run ")]
+    uri = f"sqlite:///{out}/mlflow.db"
+    assert ends == [f"MLflow: run {run.info.run_id} in {uri}  (view with: mlflow ui "
+                    f"--backend-store-uri {uri}, from the full `pip install mlflow`: the "
+                    "mlflow-skinny installed here has no UI)"] * 2
     tags = run.data.tags
     assert tags["platforms"] == "colab_t4, kaggle_t4x2"
     assert (tags["session.1.platform"], tags["session.2.platform"]) == ("colab_t4", "kaggle_t4x2")

@@ -144,7 +144,8 @@ def test_each_session_records_what_it_ran_on_and_report_shows_the_measured_table
     rows = read_sessions(run2)
     assert [r["platform"] for r in rows] == ["colab_t4", "kaggle_t4x2"]
     for row in rows:
-        for key in ("python", "torch", "torchvision", "torch_xla", "cuda", "cudnn",
+        for key in ("python", "torch", "torchvision", "torch_xla", "torch_cuda_build",
+                    "torch_cudnn_build", "cuda_devices",
                     "accelerator", "accelerator_memory_gb", "project_version", "project_commit",
                     "started_at", "ended_at"):
             assert key in row, key

@@ -39,6 +39,49 @@ def test_the_workload_keeps_the_contract(name):
         assert cfg.resolved_batch_size() > 0
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_the_card_read_from_the_source_says_what_the_imported_face_says(name):
+    """`report` trusts the card (read without importing torch): it must match the face."""
+    card, face = workloads.card(name), workloads.get(name)
+    assert (card.headline, card.grid) == (face.headline, face.grid)
+    assert (card.summarise() is face.summary) if face.grid else card.summary is None
+
+
+@pytest.mark.parametrize("change, refusal", [
+    (("from lib.study.figures import summary  # its own", "def summary(out_dir, cfg=None):\n"
+      "    return ''  # defined in the workload's module, which imports torch\n#"),
+     "summary must be imported"),
+    (('headline="test_accuracy",\n                    summary', 'headline=HEADLINE,\n'
+      '                    summary'), "write headline= as a string literal"),
+    (("    GRID = True", "    GRID = 1 > 0"), "write GRID = True in the body")])
+def test_a_workload_whose_card_disagrees_with_its_face_is_refused(change, refusal, tmp_path,
+                                                                   monkeypatch):
+    """A copy of the study's module with its card made unreadable: get() names the fix."""
+    import importlib
+    import sys
+
+    source = (ROOT / "lib" / "workloads" / "optimizer_study.py").read_text()
+    assert change[0] in source
+    package = tmp_path / "workloads"
+    package.mkdir()
+    source = source.replace(change[0], change[1])
+    (package / "optimizer_study.py").write_text(
+        source.replace("import Workload\n", "import Workload\nHEADLINE = 'test_accuracy'\n"))
+    workloads.get("optimizer_study")  # the real one imported, so that it is put back after
+    monkeypatch.setattr(workloads, "optimizer_study", workloads.optimizer_study)
+    monkeypatch.setattr(workloads, "PACKAGE", package)
+    workloads.card.cache_clear()
+    monkeypatch.delitem(sys.modules, "lib.workloads.optimizer_study")
+    monkeypatch.setattr(workloads, "__path__", [str(package)])
+    try:
+        with pytest.raises(TypeError, match=refusal):
+            importlib.invalidate_caches()
+            workloads.get("optimizer_study")
+    finally:
+        workloads.card.cache_clear()
+        sys.modules.pop("lib.workloads.optimizer_study", None)
+
+
 def _names_in_code(path: Path) -> set[str]:
     """Workload names written as string literals in `path` (docstrings left out)."""
     tree = ast.parse(path.read_text())

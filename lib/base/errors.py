@@ -10,6 +10,7 @@ is not a `UserError` is a bug and always keeps its traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -50,14 +51,25 @@ def new_out_dir(environ=os.environ) -> str:
             else "set OUT_DIR to a new folder")
 
 
+def literal(value) -> str:
+    """`value` as a Python literal whose strings are in double quotes (`["wandb"]`): read
+    back by `-p` (lib.cli.params.parse_value) and quoted by a shell's '...' without escapes."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(literal(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' * (len(value) == 1)})"
+    return repr(value)
+
+
 def how_to_set(name: str, example, environ=os.environ) -> str:
     """The fix "set NAME to `example`", as the front end in use types it: `-p EPOCHS 3` at
-    the terminal, papermill's `-p EPOCHS 3`, `EPOCHS = 3` in a notebook's parameters cell."""
+    the terminal, papermill's `-p EPOCHS 3`, `EPOCHS = 3` in a notebook's parameters cell;
+    a list as `-p TRACKERS '["wandb"]'`, quoted once for the shell."""
     where = front_end(environ)
     if where == "notebook":
-        literal = f'"{example}"' if isinstance(example, str) else repr(example)
-        return f"set {name} = {literal} in the parameters cell"
-    text = example if isinstance(example, str) else repr(example)
+        return f"set {name} = {literal(example)} in the parameters cell"
+    text = example if isinstance(example, str) else literal(example)
     typed = f"-p {name} {shlex.quote(text)}"
     return f"set it with {typed}" if where == "cli" else f"set it with papermill's {typed}"
 

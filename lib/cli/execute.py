@@ -6,7 +6,10 @@ script user runs exactly what a notebook user runs, and the executed notebook is
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -70,14 +73,37 @@ def execute(notebook: Path, executed: Path, params: dict[str, Any],
         # warning (local TCP sockets), and "KeyboardInterrupt caught in kernel" when
         # jupyter_client's shutdown (which interrupts the kernel first) meets a message being
         # handled. A cell's error still reaches the console, through papermill.
-        papermill.execute_notebook(str(notebook), str(executed), parameters=params,
-                                   cwd=str(ROOT), progress_bar=False, log_output=log_output,
-                                   kernel_name="python3",
-                                   extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+        with _quiet_when_interrupted():
+            papermill.execute_notebook(str(notebook), str(executed), parameters=params,
+                                       cwd=str(ROOT), progress_bar=False,
+                                       log_output=log_output, kernel_name="python3",
+                                       extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
     except PapermillExecutionError as exc:
         lines = [line for line in str(exc.evalue).strip().splitlines() if line.strip()]
         message = lines[-1] if lines else exc.ename
         raise NotebookFailed(f"{exc.ename}: {message}", executed, exc.ename) from None
+
+
+@contextlib.contextmanager
+def _quiet_when_interrupted():
+    """Ctrl-C (SIGINT, in the main thread) raises KeyboardInterrupt as always, and first
+    silences what papermill, nbclient and asyncio then log about the kernel stopped mid-cell
+    ("Kernel died while waiting for execute reply", "Task exception was never retrieved"):
+    the user pressed it, and the run's one line says where it stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum, frame):
+        for name in ("papermill", "traitlets", "asyncio"):
+            logging.getLogger(name).disabled = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def fmt_duration(seconds: float) -> str:
@@ -187,11 +213,15 @@ def trained_in(out_dir: Path, before: dict[Path, int]) -> tuple[Path, int] | Non
 
 
 def keep_notebook(executed: Path, out_dir: Path, before: dict[Path, int],
-                  workload: str) -> Path | None:
+                  workload: str, interrupted: bool = False) -> Path | None:
     """Move the executed notebook of a session that trained into its run folder, as
     `<workload>-session-<n>.ipynb` beside the notebooks of the earlier sessions (never over
-    one); None (left where it is) when the session trained nothing."""
+    one); None (left where it is) when the session trained nothing. An interrupted session's
+    is kept in OUT_DIR even before it recorded a session (Ctrl-C in its first epoch), once
+    the session has made OUT_DIR."""
     found = trained_in(out_dir, before)
+    if found is None and interrupted and Path(out_dir).is_dir():
+        found = Path(out_dir), before.get(Path(out_dir) / SESSIONS, 0) + 1
     if found is None or not Path(executed).is_file():
         return None
     folder, n = found

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -120,6 +121,12 @@ def cmd_run(args) -> int:
     if isinstance(overrides.get("DATA_DIR"), str):
         check_folder("-p DATA_DIR", Path(overrides["DATA_DIR"]))
     params, cfg = resolve_params(workload, platform, overrides)
+    before = sessions_seen(out)
+    if not before:  # a new run: MICRO_BATCH is checked here (a resumed one: by its session)
+        try:
+            cfg.check_micro_batch()
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     notebook = notebook_path(workload, platform)
     print(f"{workload} on {platform}: {notebook.relative_to(ROOT)} -> {out}", flush=True)
     # The notebook runs into a folder of its own: the run folder is not touched unless this
@@ -127,22 +134,29 @@ def cmd_run(args) -> int:
     scratch = Path(tempfile.mkdtemp(prefix=f"train-anywhere-{workload}-"))
     executing, lines = scratch / f"{workload}.ipynb", scratch / "lines.txt"
     os.environ[RUN_LINES_ENV] = str(lines)
-    before = sessions_seen(out)
     progress = Progress(out, getattr(cfg, "epochs", None), note=cfg.note(), lines=lines)
     progress.start()
     t0 = time.perf_counter()
-    failed = None
+    failed, interrupted = None, False
     try:
         execute(notebook, executing, params)
     except NotebookFailed as exc:
         failed = exc
+    except KeyboardInterrupt:  # Ctrl-C: papermill has stopped the kernel
+        interrupted = True
     finally:
         progress.finish()
-        kept = keep_notebook(executing, out, before, workload)
+        kept = keep_notebook(executing, out, before, workload, interrupted)
         os.environ.pop(RUN_LINES_ENV, None)
         lines.unlink(missing_ok=True)
-    if kept is not None:
+    if kept is not None or interrupted or failed is None:
+        # kept, or nothing worth keeping (a session that trained nothing: the run folder
+        # has the notebooks of the sessions that did): nothing is left in the temp folder
         shutil.rmtree(scratch, ignore_errors=True)
+    if interrupted:
+        print(_stopped(out, before, getattr(cfg, "epochs", None), kept, args.typed),
+              file=sys.stderr)
+        return 130
     executed = kept or executing
     if failed is not None and failed.user_error and kept is None:
         shutil.rmtree(scratch, ignore_errors=True)  # the one line says it all
@@ -157,11 +171,49 @@ def cmd_run(args) -> int:
     if kept:
         print(f"  executed notebook  {kept}")
     else:
-        print(f"  executed notebook  {executing}  (this session trained nothing: the run "
-              "folder keeps the notebooks of the sessions that trained)")
-    print(f"  outputs            {run_dir}  (checkpoints, metrics.jsonl, plots, TensorBoard "
-          "logs)")
+        print("  executed notebook  none kept (this session trained nothing: the run folder "
+              "keeps the notebooks of the sessions that trained)")
+    print(f"  outputs            {run_dir}  ({_outputs(run_dir, cfg)})")
     return 0
+
+
+def _stopped(out: Path, before: dict, epochs: int | None, kept: Path | None,
+             typed: list[str]) -> str:
+    """The one line of a run stopped by Ctrl-C: where (the epoch it was in, what is saved),
+    its notebook, and the command that resumes it."""
+    records = max((records_of(p) for p in out.rglob("metrics.jsonl")), default=[],
+                  key=lambda r: r[-1].get("epoch", 0) if r else 0) if out.is_dir() else []
+    done = records[-1].get("epoch", 0) if records else 0
+    of = f" of {epochs}" if epochs else ""
+    if done:
+        where = f"in epoch {done + 1}{of}, after epoch {done} was saved in {out}"
+    elif sessions_seen(out) != before:  # a session row: training had started
+        where = f"in epoch 1{of}, before its first checkpoint"
+    else:
+        where = "before training started"
+    notebook = f"; its notebook is {kept}" if kept else ""
+    return f"interrupted {where}{notebook}; resume with: {_command(typed)}"
+
+
+def _command(typed: list[str]) -> str:
+    """The command line that ran this, as a shell takes it (the console script where it is
+    on PATH, else the venv's)."""
+    found = shutil.which("train-anywhere")
+    beside = Path(sys.executable).parent / "train-anywhere"
+    prog = ("train-anywhere" if found and Path(found).resolve() == beside.resolve()
+            else str(beside) if beside.exists() else f"{sys.executable} -m lib")
+    return shlex.join([prog, *typed]) if " " not in prog else f"{prog} {shlex.join(typed)}"
+
+
+def _outputs(run_dir: Path, cfg) -> str:
+    """What a run folder holds, as the end of `run` names it: the trackers' files only where
+    TRACKERS wrote them (the MLflow store's own line, with how to look, came before)."""
+    kept = ["checkpoints", "metrics.jsonl", "plots"]
+    if "tensorboard" in getattr(cfg, "trackers", ()):
+        kept.append("TensorBoard logs")
+    if any(run_dir.glob("mlflow.db")) or any(run_dir.glob("*/mlflow.db")):
+        kept.append("MLflow store mlflow.db")
+    return ", ".join(kept)
 
 
 def cmd_report(args) -> int:
@@ -261,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.typed = list(sys.argv[1:] if argv is None else argv)  # as typed: said to resume
     # Fixes are said as typed here (-p EPOCHS 3), also by the kernels this process starts.
     said_before = os.environ.get(FRONT_END_ENV)
     os.environ[FRONT_END_ENV] = "cli"

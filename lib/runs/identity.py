@@ -25,6 +25,7 @@ from typing import Any
 
 from lib.base import atomic
 from lib.base.errors import ExperimentChanged, OutDirError, how_to_set, new_out_dir
+from lib.runtime import environment
 
 CONFIG = "config.json"
 SESSIONS = "sessions.jsonl"
@@ -158,12 +159,13 @@ def batch_record(run_dir: Path, run_settings: frozenset[str]) -> tuple[int | Non
 
 
 def read_sessions(run_dir: Path) -> list[dict]:
-    """The sessions that trained in `run_dir`, oldest first ([] when none is recorded)."""
+    """The sessions that trained in `run_dir`, oldest first ([] when none is recorded), each
+    row with today's key names (lib.runtime.environment.readable)."""
     try:
         lines = (Path(run_dir) / SESSIONS).read_text().splitlines()
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return [json.loads(line) for line in lines if line.strip()]
+    return [environment.readable(json.loads(line)) for line in lines if line.strip()]
 
 
 def sessions_table(run_dir: Path) -> str:

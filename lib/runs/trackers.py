@@ -17,7 +17,7 @@ tracker kept of earlier sessions), `log` once per epoch with the record metrics.
 - "mlflow": one MLflow run, created once with `MlflowClient.create_run` and continued by id
   (`update_run`, `log_batch` with step = epoch), at MLFLOW_TRACKING_URI (any store MLflow
   takes) or, unset, in a SQLite database in the run folder (sqlite:///<run>/mlflow.db) that
-  travels with the run.
+  travels with the run; a session ends saying `mlflow ui --backend-store-uri ...` (full mlflow).
 
 Every record's step is its epoch and a tracker never gets an epoch twice: a session resumed
 from an older checkpoint (the newer one lost) skips the epochs the tracker already has, one
@@ -36,7 +36,7 @@ import json
 import logging
 import os
 import secrets as random_ids
-import socket
+import shlex
 import time
 import urllib.parse
 import warnings
@@ -45,6 +45,7 @@ from pathlib import Path
 from lib.base import atomic
 from lib.runs.redact import redact
 from lib.runtime import secrets
+from lib.runtime.network import netrc_has, reachable  # here: tests patch trackers.reachable
 
 NAMES = ("tensorboard", "wandb", "mlflow")
 STATE = "trackers.json"  # in the run folder: each tracker's run id and the last epoch it has
@@ -73,6 +74,9 @@ class Tracker:
     def held(self, saved: int) -> int:
         """The last epoch its run holds, asked of its service; `saved` where it cannot tell."""
         return saved
+
+    def ending(self) -> str | None:
+        """A session's last line: where its records are and how to look (None: none)."""
 
 
 def _client(module: str, title: str, install: str):
@@ -105,29 +109,6 @@ class TensorBoard(Tracker):
         self.writer.close()
 
 
-def reachable(url: str, timeout: float = 3.0) -> bool:
-    """True when a TCP connection to `url`'s host opens (or a proxy is set: it decides)."""
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy")):
-        return True
-    parts = urllib.parse.urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        socket.create_connection((parts.hostname, port), timeout=timeout).close()
-    except (OSError, TypeError):
-        return False
-    return True
-
-
-def _netrc_has(host: str) -> bool:
-    """True when ~/.netrc holds a login for `host` (where `wandb login` keeps the key)."""
-    import netrc
-
-    try:
-        return netrc.netrc().authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):
-        return False
-
-
 class WandB(Tracker):
     name, title = "wandb", "W&B"
     KEY = "WANDB_API_KEY"
@@ -146,7 +127,7 @@ class WandB(Tracker):
         key = secrets.secret(self.KEY)
         if not reachable(base):
             return "offline", None, f"no network to {urllib.parse.urlsplit(base).hostname}"
-        if key is None and not _netrc_has(urllib.parse.urlsplit(base).hostname or ""):
+        if key is None and not netrc_has(urllib.parse.urlsplit(base).hostname or ""):
             raise Unavailable(f"W&B: no API key here: add {secrets.where(self.KEY)} (from "
                               "wandb.ai/authorize), or set WANDB_MODE=offline to log offline "
                               "and `wandb sync` later; training goes on without W&B.")
@@ -239,6 +220,7 @@ class MLflow(Tracker):
             tags = {"platforms": ", ".join(facts["platforms"]), **{
                 f"session.{facts['session']}.{k}": str(v) for k, v in _session(facts).items()}}
             client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        self.uri = uri
         return {"run_id": self.run_id, "tracking_uri": redact(uri)}, line
 
     def log(self, epoch, numbers):
@@ -258,6 +240,13 @@ class MLflow(Tracker):
             keys = self.client.get_run(self.run_id).data.metrics
             return max((m.step for key in keys
                         for m in self.client.get_metric_history(self.run_id, key)), default=0)
+
+    def ending(self):
+        if not self.uri.startswith(("sqlite:", "file:", "/", ".")):  # a server: its own UI
+            return f"MLflow: run {self.run_id} at {redact(self.uri)} (open it there)"
+        return (f"MLflow: run {self.run_id} in {self.uri}  (view with: mlflow ui "
+                f"--backend-store-uri {shlex.quote(self.uri)}, from the full `pip install "
+                "mlflow`: the mlflow-skinny installed here has no UI)")
 
 
 KINDS = {t.name: t for t in (TensorBoard, WandB, MLflow)}
@@ -397,4 +386,7 @@ class Trackers:
             except Exception as exc:
                 self.say(f"{tracker.title}: closing failed ({type(exc).__name__}: "
                          f"{_said(exc)})")
+                continue
+            if line := tracker.ending():
+                self.say(line)
         self.live = {}

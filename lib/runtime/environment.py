@@ -2,8 +2,11 @@
 
 After a hosted image updates, results drift and nobody can tell why (d2l-ai/d2l-en#2546,
 googlecolab/colabtools#3726): each session writes down the Python, torch / torchvision /
-torch_xla, CUDA and cuDNN it ran, the accelerator's model and memory (`lib.runtime.device`, the
-one module that asks the hardware), this project's version and commit, and the hosted image
+torch_xla, the CUDA and cuDNN torch was built for (`torch_cuda_build`: "13.0" on a CPU-only
+machine too, whose wheel carries CUDA; `cuda_devices` counts the GPUs it found), the
+accelerator's model and memory (`lib.runtime.device`, the one module that asks the hardware),
+this project's version and commit (`-dirty` when tracked files had changes, as `git describe
+--dirty` says), and the hosted image
 where the service names it: Colab's COLAB_RELEASE_TAG, Kaggle's GIT_COMMIT and BUILD_DATE
 (Kaggle/docker-python Dockerfile.tmpl), Modal's MODAL_IMAGE_ID, SageMaker's
 SAGEMAKER_INTERNAL_IMAGE_URI. `drift` says in one line when a resumed run's torch minor version
@@ -36,14 +39,28 @@ def versions(version=importlib.metadata.version) -> dict:
     return out
 
 
+# Row keys renamed since rows were first written: an old row is read with the new names.
+RENAMED = {"cuda": "torch_cuda_build", "cudnn": "torch_cudnn_build"}
+
+
 def cuda_stack() -> dict:
-    """The CUDA and cuDNN torch was built with (None on a build without them). Read from
-    torch only when the session already imported it."""
+    """The CUDA and cuDNN torch was built with (None on a build without them: a property of
+    the wheel, not of the machine) and how many CUDA devices this session sees (0 without a
+    GPU). Read from torch only when the session already imported it."""
     torch = sys.modules.get("torch")
     if torch is None:
-        return {"cuda": None, "cudnn": None}
+        return {"torch_cuda_build": None, "torch_cudnn_build": None, "cuda_devices": 0}
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return {"cuda": torch.version.cuda, "cudnn": cudnn}
+    devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return {"torch_cuda_build": torch.version.cuda, "torch_cudnn_build": cudnn,
+            "cuda_devices": devices}
+
+
+def readable(row: dict) -> dict:
+    """A sessions.jsonl row with today's key names (rows written before a rename keep theirs
+    on disk)."""
+    return {(RENAMED[k] if k in RENAMED and RENAMED[k] not in row else k): v
+            for k, v in row.items()}
 
 
 def image(environ=os.environ) -> str | None:
@@ -60,13 +77,21 @@ def image(environ=os.environ) -> str | None:
 
 
 def commit(root: Path = ROOT) -> str | None:
-    """The project's git commit (12 characters), None outside a git checkout."""
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
+    """The project's git commit (12 characters), with `-dirty` when tracked files differ from
+    it (what ran is then not that commit; untracked files do not count, as for `git describe
+    --dirty`); None outside a git checkout."""
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", "-C", str(root), *args], capture_output=True,
+                                 text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    head = git("rev-parse", "--short=12", "HEAD")
+    if not head:
         return None
-    return out.stdout.strip() or None
+    return f"{head}-dirty" if git("status", "--porcelain", "--untracked-files=no") else head
 
 
 def facts(device: str | None) -> dict:

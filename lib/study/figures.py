@@ -180,3 +180,14 @@ def report(out_dir: Path, dataset: str | None = None, noise_mode: str | None = N
     figures = {"curves": plot_curves(out_dir, chosen, keys, paths["curves"], sample),
                "bars": plot_bars(chosen_summary, chosen, paths["bars"], sample)}
     return StudyReport(chosen, summary, format_summary(summary, sample), figures, paths)
+
+
+def summary(out_dir: Path, cfg=None) -> str:
+    """The optimizer study's `summary` (lib/workloads: the contract): the table of every
+    finished run in `out_dir` (at cfg's dataset, noise_mode and label_noise, all of them
+    without cfg), with the files it wrote. Here, not in the workload's module, so that
+    `report` reads a study without importing torch."""
+    where = (cfg.dataset, cfg.noise_mode, cfg.label_noise) if cfg else (None, None, None)
+    rep = report(out_dir, *where)
+    written = "\n".join(f"  {k:<12} {v}" for k, v in rep.paths.items())
+    return f"{rep.table}\n{len(rep.rows)} runs; written:\n{written}"

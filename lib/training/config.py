@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lib.base.errors import ConfigError, front_end, how_to_set
+from lib.base.errors import ConfigError, front_end, how_to_set, literal
 from lib.runs.trackers import NAMES as TRACKER_NAMES
 from lib.runtime.platforms import ANY, DEVICE_CHOICES, PLATFORMS, default_dirs, get_platform
 
@@ -132,9 +132,12 @@ class RunConfig:
                 continue
             value = namespace[name]
             if not _type_ok(value, hints[f.name]):
+                # A single value where a list is expected (-p TRACKERS wandb): the fix is the
+                # user's value as a list, not the default.
+                meant = [value] if _type_ok([value], hints[f.name]) else cls.example(f.name)
                 raise ConfigError(
                     f"{name}={value!r} has type {type(value).__name__}; expected "
-                    f"{_type_name(hints[f.name])}; {how_to_set(name, cls.example(f.name))}."
+                    f"{_type_name(hints[f.name])}; {how_to_set(name, meant)}."
                 )
             kwargs[f.name] = list(value) if isinstance(value, tuple) else value
         return cls(**kwargs)
@@ -180,9 +183,43 @@ class RunConfig:
             if name not in TRACKER_NAMES or self.trackers.count(name) > 1:
                 what = "is listed twice" if name in TRACKER_NAMES else "is not a tracker"
                 raise ConfigError(
-                    f"TRACKERS={self.trackers!r}: {name!r} {what}; expected each of "
+                    f"TRACKERS={literal(self.trackers)}: {name!r} {what}; expected each of "
                     f"{list(TRACKER_NAMES)} at most once; "
-                    f"{how_to_set('TRACKERS', ['tensorboard', 'wandb'])}.")
+                    f"{how_to_set('TRACKERS', self._trackers_meant())}.")
+
+    def _trackers_meant(self) -> list[str]:
+        """TRACKERS as the user likely meant it: each known name once, a misspelt one as the
+        closest name, an unknown one left out (none left: the default)."""
+        meant = []
+        for name in self.trackers:
+            close = difflib.get_close_matches(str(name), TRACKER_NAMES, n=1, cutoff=0.6)
+            if close and close[0] not in meant:
+                meant.append(close[0])
+        return meant or self.example("trackers")
+
+    def check_micro_batch(self) -> None:
+        """Refuse, before anything starts, a MICRO_BATCH that divides the per-device batch of
+        no device a new run of this config may train on (the session would refuse it once the
+        notebook ran; lib.training.batch decides with the same rules and says the same line).
+        A run folder that recorded its batch is the session's to check."""
+        if isinstance(self.micro_batch, str):
+            return
+        from lib.training import batch  # imports torch: the front end has it by now
+
+        profile = get_platform(self.platform)
+        kinds = [self.device] if self.device != "auto" else (
+            ["cuda", "mps", "cpu"] if profile.accelerator == ANY else [profile.accelerator, "cpu"])
+        refusals = []
+        for kind in kinds:
+            for available in range(1, profile.devices + 1):
+                total = batch.default_global(self, available, kind)
+                devices = batch.split_over(total, available, kind)
+                try:
+                    batch.fixed_micro(self.micro_batch, total // devices, total, devices)
+                    return
+                except ConfigError as exc:
+                    refusals.append(exc)
+        raise refusals[0]
 
     @classmethod
     def closed_choices(cls, namespace: dict[str, Any]) -> dict[str, tuple]:

@@ -4,6 +4,7 @@ The table below is the one place the defaults live. The weight decays are chosen
 the per-step shrink of the weights, lr * wd, is the same 5e-5 for SGD (0.1 * 5e-4), AdamW
 (1e-3 * 5e-2), Lion (2e-4 * 0.25) and RAdam, which makes the comparison about the update
 rule rather than the amount of regularisation (Adam's L2 term is coupled, see its note).
+The table imports no torch (`report` reads a study through it); building an optimizer does.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
-import torch
-from torch.optim.lr_scheduler import LambdaLR
+if TYPE_CHECKING:  # torch is imported where an optimizer is built: the table is read without it
+    import torch
+    from torch.optim.lr_scheduler import LambdaLR
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ def resolved_hparams(name: str, lr: float | None = None,
 def make_optimizer(name: str, params: Iterable, lr: float | None = None,
                    weight_decay: float | None = None) -> torch.optim.Optimizer:
     """Optimizer `name` over `params` (tensors or param groups); None means the default."""
+    import torch
+
     key = name
     lr, wd = resolved_hparams(key, lr, weight_decay)
     if key == "sgd":
@@ -108,6 +113,8 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ste
     if not 0.0 <= min_lr_ratio <= 1.0:
         raise ValueError(f"min_lr_ratio={min_lr_ratio} must be in [0, 1].")
     # A partial has an empty __dict__, so LambdaLR saves and restores no shape parameters.
+    from torch.optim.lr_scheduler import LambdaLR
+
     fn = partial(warmup_cosine_factor, total_steps=total_steps, warmup_steps=warmup_steps,
                  min_lr_ratio=min_lr_ratio)
     return LambdaLR(optimizer, fn)

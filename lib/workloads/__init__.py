@@ -27,13 +27,19 @@ A workload NAME is two files, and nothing else in the repository names it:
                that run every notebook through XLA on a CPU (tests/test_image_lanes.py).
     demo       True for the one workload `make demo` runs (lib.cli.demo).
 
-`names()` finds workloads by listing this package (no import), `get(NAME)` imports one.
+`names()` finds workloads by listing this package (no import), `get(NAME)` imports one, and
+`card(NAME)` reads what `report` needs (headline, GRID, where `summary` lives) from the module's
+source without importing it: a workload's module imports torch, and `report` on a finished run
+must not wait for it. So `headline` is a string literal, `GRID` a literal in the config's class
+body, and a GRID workload's `summary` is imported from a module that imports no torch
+(`lib.study.figures.summary`); `get` refuses a module where the card and the face disagree.
 `train-anywhere new NAME` writes a workload that follows this contract (lib/cli/new.py).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -79,6 +85,57 @@ def title(name: str) -> str:
     return doc.strip().splitlines()[0].rstrip(".")
 
 
+@dataclass(frozen=True)
+class Card:
+    """What `report` reads of a workload without importing it (see the module docstring)."""
+
+    name: str
+    headline: str | None  # None: not a literal in the source (get() refuses such a module)
+    grid: bool
+    summary: str | None  # "module:function" of a GRID workload's summary, imported from there
+
+    def summarise(self) -> Callable[[Path, Any], str]:
+        """The summary function, imported from its own module (not the workload's)."""
+        module, _, function = (self.summary or "").partition(":")
+        if not function:
+            return get(self.name).summary
+        return getattr(importlib.import_module(module), function)
+
+
+@functools.cache
+def card(name: str, package: Path | None = None) -> Card:
+    """The card of lib/workloads/NAME.py (of `package`), read from its source (nothing is
+    imported)."""
+    tree = ast.parse(((package or PACKAGE) / f"{name}.py").read_text())
+    call = next((node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "WORKLOAD" for t in node.targets)
+                 and isinstance(node.value, ast.Call)), None)
+    kwargs = {k.arg: k.value for k in call.keywords} if call else {}
+    headline = kwargs.get("headline")
+    headline = headline.value if isinstance(headline, ast.Constant) else None
+    config = call.args[0].id if call and call.args and isinstance(call.args[0], ast.Name) else ""
+    grid = False
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == config:
+            for item in node.body:
+                if (isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant)
+                        and any(getattr(t, "id", None) == "GRID" for t in item.targets)):
+                    grid = bool(item.value.value)
+    summary = kwargs.get("summary")
+    return Card(name, headline, grid, _imported_from(tree, summary.id)
+                if isinstance(summary, ast.Name) else None)
+
+
+def _imported_from(tree: ast.Module, name: str) -> str | None:
+    """"module:function" when the module binds `name` by `from module import function`."""
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    return f"{node.module}:{alias.name}"
+    return None
+
+
 def get(name: str) -> Workload:
     """The `WORKLOAD` of lib/workloads/NAME.py, checked against the contract."""
     if name not in names():
@@ -93,7 +150,26 @@ def get(name: str) -> Workload:
                         f"expected {name!r} (the module's name)")
     if face.grid and face.summary is None:
         raise TypeError(f"lib/workloads/{name}.py: a GRID workload needs summary=")
+    _check_card(name, face)
     return face
+
+
+def _check_card(name: str, face: Workload) -> None:
+    """The card read from the source says what the imported face says (see the module
+    docstring: `report` trusts the card)."""
+    c = card(name)
+    where = f"lib/workloads/{name}.py"
+    if c.headline != face.headline:
+        raise TypeError(f"{where}: write headline= as a string literal in WORKLOAD = "
+                        f"Workload(...) (read without importing the module); found "
+                        f"{c.headline!r}, the face says {face.headline!r}")
+    if c.grid != face.grid:
+        raise TypeError(f"{where}: write GRID = True in the body of the config class named "
+                        "first in WORKLOAD = Workload(...) (read without importing the module)")
+    if face.grid and c.summary != f"{face.summary.__module__}:{face.summary.__name__}":
+        raise TypeError(f"{where}: a GRID workload's summary must be imported (`from MODULE "
+                        "import summary`) from a module that imports no torch, so `report` "
+                        f"reads it without the workload; found {c.summary!r}")
 
 
 def demo() -> str:

@@ -29,6 +29,7 @@ from lib.plots import image_grid
 from lib.runs.folder import STOPPED
 from lib.runtime.platforms import PLATFORMS
 from lib.session import Session
+from lib.study.figures import summary  # its own module: `report` reads it without torch
 from lib.study.grid import GridCell, finish_run, plan_runs, read_marker, run_status
 from lib.training.config import ConfigError, RunConfig
 from lib.training.loop import Task
@@ -265,17 +266,6 @@ def noisy_examples(dataset, name: str, n: int = 16, path: Path | None = None,
                       else f"{label[:12]} (is {clean[:10]})")
     return image_grid(images, titles, path, title="training images, noisy labels",
                       sample=sample)
-
-
-def summary(out_dir: Path, cfg: OptimizerStudyConfig | None = None) -> str:
-    """The study's table of every finished run in `out_dir` (at cfg's dataset and noise, all
-    of them without cfg), with the files it wrote (results.csv, summary.md, figures)."""
-    from lib.study.figures import report
-
-    where = (cfg.dataset, cfg.noise_mode, cfg.label_noise) if cfg else (None, None, None)
-    rep = report(out_dir, *where)
-    written = "\n".join(f"  {k:<12} {v}" for k, v in rep.paths.items())
-    return f"{rep.table}\n{len(rep.rows)} runs; written:\n{written}"
 
 
 WORKLOAD = Workload(OptimizerStudyConfig, datasets, train, headline="test_accuracy",

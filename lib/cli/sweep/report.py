@@ -4,34 +4,55 @@ Nothing trains. A sweep (DIR/sweep.json) gets one row per cell; a GRID workload'
 optimizer study's, also when swept) gets the workload's own `summary` (lib/workloads: the
 contract); a plain run folder gets its last epoch and `curves.png`. The workload and its
 headline metric are read from the folder's config.json.
+
+What it needs of a workload comes from its card (`lib.workloads.card`: read from the module's
+source), never from importing it: a workload's module imports torch, and reading a finished
+run should take a fraction of a second (bench/bench_report.py).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from lib import workloads as contract
 from lib.base.progress import best_record, shown
 from lib.cli.execute import headline, session_notebooks
-from lib.cli.params import UsageError, config_for
+from lib.cli.params import UsageError
 from lib.runs.identity import read_config
 from lib.runs.records import read_jsonl
 
 
 def _figures_closed(fn):
+    """`fn` with matplotlib's figures closed after it, drawn off-screen (Agg), when it drew
+    any (a report whose figures are current imports no matplotlib)."""
     def wrapped(*args, **kwargs):
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        if (matplotlib := sys.modules.get("matplotlib")) is not None:
+            matplotlib.use("Agg")
+        before = os.environ.get("MPLBACKEND")
+        os.environ["MPLBACKEND"] = "Agg"  # what matplotlib takes when first imported
         try:
             return fn(*args, **kwargs)
         finally:
-            plt.close("all")
+            if before is None:
+                os.environ.pop("MPLBACKEND", None)
+            else:
+                os.environ["MPLBACKEND"] = before
+            if (plt := sys.modules.get("matplotlib.pyplot")) is not None:
+                plt.close("all")
     return wrapped
+
+
+def _current(figure: Path, data: Path) -> bool:
+    """True when `figure` was drawn after `data` last changed (it shows what report would)."""
+    try:
+        return figure.stat().st_mtime >= data.stat().st_mtime
+    except FileNotFoundError:
+        return False
 
 
 def workload_of(out: Path) -> str | None:
@@ -55,7 +76,7 @@ def _first_score(out: Path) -> str:
 def summary(out: Path, workload: str, cfg=None) -> str:
     """A GRID workload's own summary of `out` (at cfg's settings, when given)."""
     try:
-        return contract.get(workload).summary(out, cfg)
+        return contract.card(workload).summarise()(out, cfg)
     except ValueError as exc:
         raise UsageError(str(exc).strip().splitlines()[-1]) from None
 
@@ -70,8 +91,8 @@ def sweep(out: Path) -> str:
     spec = json.loads((out / "sweep.json").read_text())
     cells = sorted((out / "cells").glob("*/cell.json"))
     if spec.get("shared_out"):
-        return summary(out, spec["workload"], config_for(json.loads(cells[0].read_text())))
-    metric = contract.get(spec["workload"]).headline
+        return summary(out, spec["workload"], _settings(out, cells))
+    metric = contract.card(spec["workload"]).headline
     header = [*spec["grid"], "metric", "value", "epochs", "status"]
     rows, csv_rows = [], []
     for path in cells:
@@ -94,10 +115,21 @@ def sweep(out: Path) -> str:
     return f"{table}\n{len(rows)} cells; written:\n  {out / 'summary.csv'}\n  {out / 'summary.md'}"
 
 
+def _settings(out: Path, cells: list[Path]):
+    """The validated settings the first finished cell of a shared-folder sweep trained with
+    (its run's config.json), as the summary's `cfg`; None (every run) when none finished."""
+    for path in cells:
+        done = path.parent / "DONE.json"
+        labels = json.loads(done.read_text()).get("runs", []) if done.exists() else []
+        for label in labels:
+            config = read_config(out / label)
+            if config:
+                return SimpleNamespace(**{k.lower(): v for k, v in config.items()})
+    return None
+
+
 @_figures_closed
 def runs(out: Path, metric: str) -> str:
-    from lib.plots import training_curves
-
     metric, found = headline(out, metric)
     rows, notebooks = [], []
     for label, last in found:
@@ -105,7 +137,10 @@ def runs(out: Path, metric: str) -> str:
         history = read_jsonl(run_dir / "metrics.jsonl")
         keys = tuple(m for m in ("loss", "accuracy", "mIoU")
                      if any(f"test_{m}" in r or f"train_{m}" in r for r in history))
-        training_curves(history, run_dir / "curves.png", metrics=keys or ("loss",))
+        if not _current(run_dir / "curves.png", run_dir / "metrics.jsonl"):
+            from lib.plots import training_curves
+
+            training_curves(history, run_dir / "curves.png", metrics=keys or ("loss",))
         best = best_record(history, metric) or {}
         rows.append([label, last.get("epoch"),
                      f"{shown(metric, best.get(metric))} (epoch {best.get('epoch', '-')})",
@@ -135,8 +170,7 @@ def results(out: Path) -> str:
         workload = workload_of(out)
         if workload is None:
             return runs(out, _first_score(out))
-        if contract.get(workload).grid:
-            return summary(out, workload)
-        return runs(out, contract.get(workload).headline)
+        card = contract.card(workload)
+        return summary(out, workload) if card.grid else runs(out, card.headline)
     raise UsageError(f"{out} holds no finished run (no sweep.json, DONE.json or metrics.jsonl); "
                      "pass the --out of a finished run or sweep.")
