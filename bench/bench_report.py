@@ -27,9 +27,10 @@ from bench.common import ROOT, load_average, markdown_table
 
 SMOKE = ["-p", "SMOKE", "True", "-p", "SAMPLE_DATA", "True"]
 TARGET_S = 0.5  # issue 52: report at most half a second on this kind of machine
-# The report, then whether torch was imported, as the last line.
+# The report, then which of torch and matplotlib were imported, as the last line.
 PROBE = ("import sys\nfrom lib.cli.main import main\n{before}rc = main(['report', {out!r}])\n"
-         "print('torch loaded:', 'torch' in sys.modules)\nraise SystemExit(rc)")
+         "print('loaded:', *[m for m in ('torch', 'matplotlib') if m in sys.modules])\n"
+         "raise SystemExit(rc)")
 
 
 def train(work: Path, study: bool) -> list[tuple[str, Path]]:
@@ -54,8 +55,8 @@ def workload_of(out: Path) -> str:
     return read(out) or "fashion_mnist"
 
 
-def once(out: Path, baseline: bool) -> tuple[float, bool]:
-    """(seconds of one `report` process, whether it imported torch)."""
+def once(out: Path, baseline: bool) -> tuple[float, set[str]]:
+    """(seconds of one `report` process, which of torch and matplotlib it imported)."""
     before = f"import lib.workloads.{workload_of(out)}\n" if baseline else ""
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", PROBE.format(before=before, out=str(out))],
@@ -64,7 +65,7 @@ def once(out: Path, baseline: bool) -> tuple[float, bool]:
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"report {out} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return seconds, proc.stdout.strip().splitlines()[-1].endswith("True")
+    return seconds, set(proc.stdout.strip().splitlines()[-1].split()[1:])
 
 
 def run(repeats: int = 5, study: bool = False, folders: list[Path] | None = None) -> dict:
@@ -75,18 +76,17 @@ def run(repeats: int = 5, study: bool = False, folders: list[Path] | None = None
         rows = []
         for label, out in found:
             once(out, False)  # the first report may draw an out-of-date figure: not timed
-            now, then, torch_now, torch_then = [], [], set(), set()
+            now, then, loaded = [], [], set()
             for _ in range(repeats):  # interleaved: both halves see the same machine
-                s, t = once(out, False)
+                s, modules = once(out, False)
                 now.append(s)
-                torch_now.add(t)
-                s, t = once(out, True)
-                then.append(s)
-                torch_then.add(t)
+                loaded |= modules
+                then.append(once(out, True)[0])
             median, base = statistics.median(now), statistics.median(then)
             rows.append({"folder": label, "report_s": median, "baseline_s": base,
                          "ratio": median / base, "spread": f"{min(now):.2f}-{max(now):.2f}",
-                         "torch": "yes" if True in torch_now else "no",
+                         "torch": "yes" if "torch" in loaded else "no",
+                         "matplotlib": "yes" if "matplotlib" in loaded else "no",
                          "target": "meets" if median <= TARGET_S else "ABOVE"})
     return {"rows": rows, "repeats": repeats, "load": (load, load_average())}
 
@@ -94,7 +94,8 @@ def run(repeats: int = 5, study: bool = False, folders: list[Path] | None = None
 def report(res: dict) -> str:
     table = markdown_table(res["rows"], [
         ("folder", "folder"), ("report_s", "s per `report`"), ("spread", "min-max"),
-        ("torch", "torch imported"), ("baseline_s", "s with the workload imported (before)"),
+        ("torch", "torch imported"), ("matplotlib", "matplotlib imported"),
+        ("baseline_s", "s with the workload imported (before)"),
         ("ratio", "ratio"), ("target", f"<= {TARGET_S} s")])
     return (f"`python -m lib report DIR` in a fresh process, median of {res['repeats']}, "
             f"interleaved with the baseline. Load average before / after: {res['load'][0]} / "

@@ -1,12 +1,13 @@
-"""Figures a notebook shows inline and saves beside the run: curves, image grids, matrices."""
+"""Figures a notebook shows inline and saves beside the run: curves, image grids, matrices.
+
+matplotlib is imported by the functions that draw, not by this module: `train-anywhere
+report` reads `titled` and `current` here and, when every figure is current, draws nothing
+and should not pay matplotlib's import (bench/bench_report.py).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import matplotlib.pyplot as plt
-import numpy as np
-from matplotlib.ticker import MaxNLocator
 
 from lib.data.samples import NOTE as SAMPLE_NOTE
 
@@ -28,6 +29,16 @@ def titled(title: str, sample: bool) -> str:
     return "\n".join([f"{first} ({SAMPLE_NOTE})" if sample else first, *rest])
 
 
+def current(figure: Path, *records: Path) -> bool:
+    """True when `figure` was saved after every one of `records` (the files it is drawn
+    from) last changed: redrawing it would show the same. False when any is missing."""
+    try:
+        drawn = Path(figure).stat().st_mtime
+        return all(drawn >= Path(r).stat().st_mtime for r in records)
+    except FileNotFoundError:
+        return False
+
+
 def figure_title(fig) -> str:
     """The figure's title: its suptitle, else its first panel's title."""
     return fig.get_suptitle() or next((ax.get_title() for ax in fig.axes if ax.get_title()), "")
@@ -42,6 +53,8 @@ def save(fig, path: Path | None) -> None:
 
 def _grid(n: int, cols: int = 3, width: float = 4.2, height: float = 3.3):
     """A figure of `n` panels, at most `cols` a row (readable at notebook width)."""
+    import matplotlib.pyplot as plt
+
     cols = min(cols, n)
     rows = (n + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
@@ -57,6 +70,8 @@ def training_curves(history: list[dict], path: Path | None = None,
 
     Units and scale per metric come from `AXES`; epochs are whole numbers on the x axis.
     """
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = _grid(len(metrics))
     epochs = [r["epoch"] for r in history]
     for ax, m in zip(axes, metrics, strict=True):
@@ -81,6 +96,8 @@ def image_grid(images, titles: list[str], path: Path | None = None, cols: int = 
                cmap: str = "gray", title: str | None = None, sample: bool = False):
     """Show (N, C, H, W) images in a grid with one title each, under `title` (marked when
     the images come from the synthetic sample)."""
+    import matplotlib.pyplot as plt
+
     n = len(images)
     rows = (n + cols - 1) // cols
     heading = 0.3 * (title or "").count("\n") + (0.3 if title or sample else 0.0)
@@ -104,6 +121,10 @@ def confusion_matrix(matrix, classes, path: Path | None = None, title: str | Non
                      sample: bool = False):
     """Heat map of a (K, K) count matrix, rows = true class, columns = prediction; each cell
     shows its count, in white on dark cells."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
+
     k = len(classes)
     matrix = matrix.numpy() if hasattr(matrix, "numpy") else np.asarray(matrix)  # a tensor
     size = min(9.0, 1.8 + 0.42 * k)
@@ -133,6 +154,8 @@ def _cells(matrix):
 
 def firing_rates(stats: dict, path: Path | None = None, sample: bool = False):
     """Mamba-Spike's front end: each layer's firing rate and share of silent neurons."""
+    import matplotlib.pyplot as plt
+
     layers = sorted({k.split("_")[0] for k in stats})
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
     for ax, key, title, unit in (

@@ -2,6 +2,7 @@
 results.csv, summary and figures; a rerun retrains nothing; fan-out invocations merge."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -93,10 +94,30 @@ def test_study_notebook_runs_the_grid_on_the_cpu(platform, tmp_path):
     assert "study: 3 run(s) left, about" in text and "study: 0 run(s) left" in text
     reported = report_without_torch(tmp_path / "study")  # the grid's own table
     assert "| lion | 2 |" in reported and "4 runs; written:" in reported
+    check_report_redraws_only_stale_figures(tmp_path / "study", reported)
     assert {r["lr"] for r in rows if r["optimizer"] == "lion"} == {2e-4}
     for r in rows:
         assert {h["device"] for h in read_jsonl(tmp_path / "study" / r["run"] / "metrics.jsonl")
                 } == {"cpu"}
+
+
+def check_report_redraws_only_stale_figures(study, reported):
+    """issue 52: `report` keeps the sample's note in summary.md; a second report, its figures
+    current, imports none of torch, matplotlib and scipy and redraws nothing; a run's metrics.jsonl
+    newer than a figure gets it redrawn."""
+    assert reported.count("| cifar10 (synthetic sample) | sym 0.2") == 2, reported
+    assert (study / "summary.md").read_text().count("| cifar10 (synthetic sample) |") == 2
+    figures = [study / "curves-all.png", study / "bars-all.png"]
+    drawn = {f: f.stat().st_mtime_ns for f in figures}
+    # nor scipy (the planner's MILP): each of the three costs `report` its 0.5 s budget
+    assert report_without_torch(study, unloaded=("torch", "matplotlib", "scipy")) == reported
+    assert {f: f.stat().st_mtime_ns for f in figures} == drawn
+    metrics = study / sorted(RUNS)[0] / "metrics.jsonl"
+    earlier = metrics.stat().st_mtime - 60  # the figure drawn before a run's record changed
+    os.utime(figures[0], (earlier, earlier))
+    report_without_torch(study)
+    assert figures[0].stat().st_mtime > metrics.stat().st_mtime, "curves-all.png not redrawn"
+    assert "(synthetic sample)" in figure_titles(study)["curves-all.png"].splitlines()[0]
 
 
 def test_a_rerun_retrains_nothing_and_fan_out_runs_merge(tmp_path):

@@ -3,6 +3,9 @@
 Curves: the mean over seeds per optimizer against epoch, with a band of ± one sample
 standard deviation (no band for a single seed). Bars: best and final test accuracy per
 optimizer, mean ± std, each seed's value drawn as a dot (three seeds are few; show them).
+
+numpy and matplotlib are imported where a figure is drawn: `train-anywhere report` reads a
+study through `summary`, which draws only a figure older than its runs' records.
 """
 
 from __future__ import annotations
@@ -11,15 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-import numpy as np
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
-
-from lib.plots import save, titled
+from lib.plots import current, save, titled
+from lib.runs.identity import read_config
 from lib.runs.records import read_jsonl
 from lib.study.grid import (
+    MARKER,
     collect_results,
     format_summary,
     setting_tag,
@@ -33,6 +32,8 @@ _TITLES = {"test_accuracy": "test accuracy (%)", "train_loss": "training loss",
 
 
 def _color(optimizer: str):
+    import matplotlib.pyplot as plt
+
     names = list(OPTIMIZERS)
     i = names.index(optimizer) if optimizer in names else len(names)
     return plt.get_cmap("tab10")(i)
@@ -48,6 +49,8 @@ def _label(row: dict, settings: int) -> str:
 
 def curve_stats(histories: Sequence[list[dict]], key: str):
     """(epochs, mean, std) of `key` over runs, on the epochs every run has (std 0 for one)."""
+    import numpy as np
+
     common = set.intersection(*({r["epoch"] for r in h if key in r} for h in histories))
     epochs = sorted(common)
     values = np.array([[{r["epoch"]: r[key] for r in h}[e] for e in epochs] for h in histories],
@@ -68,6 +71,10 @@ def plot_curves(out_dir: Path, rows: Sequence[dict],
                 keys: Sequence[str] = ("test_accuracy", "train_loss"),
                 path: Path | None = None, sample: bool = False):
     """One panel per metric key from each run's metrics.jsonl; returns the Figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+
     groups = _groups(rows)
     settings = len({k[:3] for k in groups})
     fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 3.8), squeeze=False)
@@ -105,6 +112,11 @@ def plot_curves(out_dir: Path, rows: Sequence[dict],
 def plot_bars(summary: Sequence[dict], rows: Sequence[dict], path: Path | None = None,
               sample: bool = False):
     """Best and final test accuracy (%) per optimizer: bars = mean, whiskers = std, dots = seeds."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     settings = len({(s["dataset"], s["noise_mode"], s["label_noise"]) for s in summary})
     groups = _groups(rows)
     fig, ax = plt.subplots(figsize=(3.6 + 1.3 * len(summary), 3.8))  # + the legend beside
@@ -150,13 +162,17 @@ def _matches(row: dict, dataset, noise_mode, label_noise) -> bool:
 
 def report(out_dir: Path, dataset: str | None = None, noise_mode: str | None = None,
            label_noise: float | None = None,
-           keys: Sequence[str] = ("test_accuracy", "train_loss"), sample: bool = False,
-           ) -> StudyReport:
+           keys: Sequence[str] = ("test_accuracy", "train_loss"), sample: bool | None = False,
+           stale_only: bool = False) -> StudyReport:
     """Collect results.csv, write summary.{csv,md}, and plot the selected setting.
 
     Figures go to OUT_DIR/curves-<setting>.png and bars-<setting>.png (setting e.g.
     `cifar10-sym0.2`, or `all` when nothing is selected). Works on any OUT_DIR that holds
-    finished runs, whichever process or machine made them.
+    finished runs, whichever process or machine made them. With `stale_only`, a figure saved
+    after every selected run's metrics.jsonl and DONE.json last changed is kept as it is (not
+    drawn, not in `figures`); without it (a notebook shows them inline) both are drawn.
+    `sample` None: read from the selected runs' config.json (any trained on the sample marks
+    the table and titles as the synthetic sample's, as the notebook's own report did).
     """
     out_dir = Path(out_dir)
     rows = collect_results(out_dir)
@@ -171,23 +187,29 @@ def report(out_dir: Path, dataset: str | None = None, noise_mode: str | None = N
                          f"({len(rows)} finished runs in all); run the grid first or point "
                          "OUT_DIR at the study's folder.")
     summary = summarise(rows)
+    if sample is None:
+        sample = any((read_config(out_dir / r["run"]) or {}).get("sample_data") for r in chosen)
     csv_path, md_path = write_summary(out_dir, summary, sample)
     partial = None in (dataset, noise_mode, label_noise)
     tag = "all" if partial else setting_tag(dataset, noise_mode, label_noise)
     paths = {"results": out_dir / "results.csv", "summary_csv": csv_path, "summary_md": md_path,
              "curves": out_dir / f"curves-{tag}.png", "bars": out_dir / f"bars-{tag}.png"}
     chosen_summary = [s for s in summary if _matches(s, dataset, noise_mode, label_noise)]
-    figures = {"curves": plot_curves(out_dir, chosen, keys, paths["curves"], sample),
-               "bars": plot_bars(chosen_summary, chosen, paths["bars"], sample)}
+    records = [out_dir / r["run"] / name for r in chosen for name in ("metrics.jsonl", MARKER)]
+    draw = {"curves": lambda: plot_curves(out_dir, chosen, keys, paths["curves"], sample),
+            "bars": lambda: plot_bars(chosen_summary, chosen, paths["bars"], sample)}
+    figures = {name: drawn() for name, drawn in draw.items()
+               if not (stale_only and current(paths[name], *records))}
     return StudyReport(chosen, summary, format_summary(summary, sample), figures, paths)
 
 
 def summary(out_dir: Path, cfg=None) -> str:
     """The optimizer study's `summary` (lib/workloads: the contract): the table of every
     finished run in `out_dir` (at cfg's dataset, noise_mode and label_noise, all of them
-    without cfg), with the files it wrote. Here, not in the workload's module, so that
-    `report` reads a study without importing torch."""
+    without cfg), with the files it wrote; a figure is drawn only when older than its runs'
+    records, and the synthetic sample is named when the runs trained on it. Here, not in
+    the workload's module, so that `report` reads a study without importing torch."""
     where = (cfg.dataset, cfg.noise_mode, cfg.label_noise) if cfg else (None, None, None)
-    rep = report(out_dir, *where)
+    rep = report(out_dir, *where, sample=None, stale_only=True)
     written = "\n".join(f"  {k:<12} {v}" for k, v in rep.paths.items())
     return f"{rep.table}\n{len(rep.rows)} runs; written:\n{written}"

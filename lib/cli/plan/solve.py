@@ -34,7 +34,13 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from lib.cli.plan.milp import assign
+
+def assign(*args, **kwargs):
+    """milp.assign, imported when a plan is searched: scipy's import would cost every
+    `train-anywhere report` (which imports this module) about 0.6 s (bench/bench_report.py)."""
+    from lib.cli.plan.milp import assign as solved
+
+    return solved(*args, **kwargs)
 
 PERIOD_HOURS = {"day": 24.0, "week": 168.0, "month": 720.0}  # a month: 30 days (stated)
 RULES = ("regret", "work")  # the list schedule's two orders, both tried

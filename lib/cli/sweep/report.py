@@ -23,6 +23,7 @@ from lib import workloads as contract
 from lib.base.progress import best_record, shown
 from lib.cli.execute import headline, session_notebooks
 from lib.cli.params import UsageError
+from lib.plots import current, training_curves  # matplotlib only when one draws
 from lib.runs.identity import read_config
 from lib.runs.records import read_jsonl
 
@@ -45,14 +46,6 @@ def _figures_closed(fn):
             if (plt := sys.modules.get("matplotlib.pyplot")) is not None:
                 plt.close("all")
     return wrapped
-
-
-def _current(figure: Path, data: Path) -> bool:
-    """True when `figure` was drawn after `data` last changed (it shows what report would)."""
-    try:
-        return figure.stat().st_mtime >= data.stat().st_mtime
-    except FileNotFoundError:
-        return False
 
 
 def workload_of(out: Path) -> str | None:
@@ -137,9 +130,7 @@ def runs(out: Path, metric: str) -> str:
         history = read_jsonl(run_dir / "metrics.jsonl")
         keys = tuple(m for m in ("loss", "accuracy", "mIoU")
                      if any(f"test_{m}" in r or f"train_{m}" in r for r in history))
-        if not _current(run_dir / "curves.png", run_dir / "metrics.jsonl"):
-            from lib.plots import training_curves
-
+        if not current(run_dir / "curves.png", run_dir / "metrics.jsonl"):
             training_curves(history, run_dir / "curves.png", metrics=keys or ("loss",))
         best = best_record(history, metric) or {}
         rows.append([label, last.get("epoch"),
