@@ -99,6 +99,11 @@ def test_an_online_wandb_open_with_the_key_leaks_it_nowhere(sealed, monkeypatch)
     """W&B's server 'reachable' (patched), the key from the Secrets panel handed to
     wandb.init online; the server is not there, so the open fails: one line, no key."""
     monkeypatch.setattr(trackers, "reachable", lambda url, timeout=3.0: True)
+    import wandb
+
+    # An earlier test in this process may have set W&B up (its settings, its service): start
+    # afresh so this open reads WANDB_INIT_TIMEOUT (6 s) and not W&B's default 90 s.
+    wandb.teardown()
     assert trackers.WandB().mode() == ("online", WANDB_TOKEN, "online")
     said = []
     t = trackers.Trackers(["wandb"], sealed.run, say=said.append)
