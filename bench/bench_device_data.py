@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench import bench_gpu
 from bench.bench_gpu import step_flops
@@ -35,6 +34,7 @@ from lib.data.cifar import STATS
 from lib.data.cifar import build_datasets as build_cifar_datasets
 from lib.data.common import make_loader
 from lib.data.on_device import Augment, DeviceLoader, images_and_labels
+from lib.kernels.count import OpCount
 from lib.runtime.device import Probe, choose_device
 from lib.runtime.platforms import get_platform
 
@@ -44,16 +44,6 @@ FRACTION = 0.4  # of the datasheet peak a training step reaches (stated assumpti
 # Dense bf16/fp16 peak TFLOP/s per device (datasheets); the platforms' accelerators and an A100.
 GPUS = {"T4 (colab_t4, kaggle_t4x2 per GPU)": 65.0, "P100 (kaggle_p100)": 18.7,
         "TPU v5e chip (colab_tpu, kaggle_tpu per chip)": 197.0, "A100": 312.0}
-
-
-class OpCount(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += 1
-        return func(*args, **(kwargs or {}))
 
 
 def _datasets(name: str, folder: Path):

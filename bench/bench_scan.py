@@ -30,6 +30,7 @@ from torch.utils._pytree import tree_flatten
 
 from bench.common import median
 from bench.scan_radix2 import radix2_scan
+from lib.kernels.count import OpCount
 from lib.models import mamba
 from lib.models.mamba import linear_scan, linear_scan_sequential, selective_scan
 
@@ -167,18 +168,6 @@ def check_targets(rows: list[dict]) -> list[str]:
                      "CPU both are memory-bound O(L) passes, the parallel scan pays off where "
                      "each step costs a kernel launch (GPU) or a graph node (XLA)")
     return lines
-
-
-class OpCount(TorchDispatchMode):
-    """Counts the aten ops dispatched inside it (each a kernel launch on a GPU)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += 1
-        return func(*args, **(kwargs or {}))
 
 
 def count_ops(fn) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.bench_spiking import snntorch_forward  # SpikingConv's loop before issue 50
 from lib.base.errors import ConfigError
 from lib.kernels import LIF_PATH_ENV, choose_path, lif_multistep
 from lib.kernels import lif as lif_module
@@ -42,16 +43,6 @@ def _no_forced_path(monkeypatch):
     monkeypatch.delenv(LIF_PATH_ENV, raising=False)
 
 
-def _snntorch_loop(layer: SpikingConv, x: torch.Tensor) -> torch.Tensor:
-    """SpikingConv's recurrence as it was: snntorch's Leaky stepped over t."""
-    cur = layer.currents(x)
-    mem, spk, out = torch.zeros_like(cur[:, 0]), None, []
-    for cur_t in cur.unbind(1):
-        spk, mem = layer.step(cur_t, spk, mem)
-        out.append(spk)
-    return torch.stack(out, dim=1)
-
-
 @pytest.mark.parametrize("case", ["2-32-pool", "32-64"])
 def test_the_reference_is_snntorchs_leaky_loop_in_float32(monkeypatch, case):
     c_in, c_out, pool = LAYER_CASES[case]
@@ -61,7 +52,7 @@ def test_the_reference_is_snntorchs_leaky_loop_in_float32(monkeypatch, case):
         layer.rec.weight.mul_(3.0)
     x = (torch.rand(2, 20, c_in, 8, 8) * 2.5).requires_grad_()
     monkeypatch.setenv(LIF_PATH_ENV, "reference")
-    out, want = layer(x), _snntorch_loop(layer, x)
+    out, want = layer(x), snntorch_forward(layer, x)
     assert torch.equal(out, want) and 0.1 < want.mean() < 0.9
     grad, params = torch.randn_like(want), [x, *layer.parameters()]
     for got, ref in zip(torch.autograd.grad(out, params, grad),
