@@ -26,6 +26,7 @@ from torch import nn
 
 from lib.base.errors import ConfigError, DeviceError, how_to_set
 from lib.runs import identity as experiment
+from lib.runtime.platforms import ANY, get_platform
 
 AUTO = "auto"
 # A per-device batch up to this many times the workload's default for the device is tried
@@ -146,6 +147,28 @@ def fixed_micro(micro: int, per_device: int, total: int, devices: int) -> int:
             f"per step (global batch {total} over {devices} device(s)); expected one of "
             f"{divisors(per_device)}; {how_to_set('MICRO_BATCH', AUTO)} to find what fits.")
     return micro
+
+
+def check_micro_batch(cfg) -> None:
+    """Refuse, before anything starts, a MICRO_BATCH that divides the per-device batch of no
+    device a new run of `cfg` may train on, with the line `decide` would say once the notebook
+    ran. A run folder that recorded its batch is its session's to check (`decide`)."""
+    if isinstance(cfg.micro_batch, str):
+        return
+    profile = get_platform(cfg.platform)
+    kinds = [cfg.device] if cfg.device != "auto" else (
+        ["cuda", "mps", "cpu"] if profile.accelerator == ANY else [profile.accelerator, "cpu"])
+    refusals = []
+    for kind in kinds:
+        for available in range(1, profile.devices + 1):
+            total = default_global(cfg, available, kind)
+            devices = split_over(total, available, kind)
+            try:
+                fixed_micro(cfg.micro_batch, total // devices, total, devices)
+                return
+            except ConfigError as exc:
+                refusals.append(exc)
+    raise refusals[0]
 
 
 def decide(cfg, kind: str, where: str, available: int, run_dir=None) -> BatchPlan:

@@ -198,28 +198,11 @@ class RunConfig:
         return meant or self.example("trackers")
 
     def check_micro_batch(self) -> None:
-        """Refuse, before anything starts, a MICRO_BATCH that divides the per-device batch of
-        no device a new run of this config may train on (the session would refuse it once the
-        notebook ran; lib.training.batch decides with the same rules and says the same line).
-        A run folder that recorded its batch is the session's to check."""
-        if isinstance(self.micro_batch, str):
-            return
+        """Refuse a MICRO_BATCH no device of a new run can take, before anything starts (the
+        rule is the batch plan's: lib.training.batch.check_micro_batch)."""
         from lib.training import batch  # imports torch: the front end has it by now
 
-        profile = get_platform(self.platform)
-        kinds = [self.device] if self.device != "auto" else (
-            ["cuda", "mps", "cpu"] if profile.accelerator == ANY else [profile.accelerator, "cpu"])
-        refusals = []
-        for kind in kinds:
-            for available in range(1, profile.devices + 1):
-                total = batch.default_global(self, available, kind)
-                devices = batch.split_over(total, available, kind)
-                try:
-                    batch.fixed_micro(self.micro_batch, total // devices, total, devices)
-                    return
-                except ConfigError as exc:
-                    refusals.append(exc)
-        raise refusals[0]
+        batch.check_micro_batch(self)
 
     @classmethod
     def closed_choices(cls, namespace: dict[str, Any]) -> dict[str, tuple]:
