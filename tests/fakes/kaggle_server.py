@@ -8,6 +8,14 @@ locally through papermill (its /kaggle/working folder mapped to a temp folder, t
 in the repository as the bootstrap cell expects) and serves its files as the kernel's
 output. Bound to 127.0.0.1 only; stopped by the test.
 
+The client names one fixed address, localhost:7777, and a fixed port would let one stand-in
+run at a time: tests in parallel workers took turns, one worker idle for minutes. So each
+stand-in binds a free port of its own and, while it serves, is this process's HTTP proxy
+(HTTP_PROXY, which `requests` honours; NO_PROXY emptied): the client still sends every request
+to http://localhost:7777, the proxy form carries that address whole, and the stand-in refuses
+a request for any other (a client aimed elsewhere fails as it would against no server). The
+notebooks it runs as kernels get no proxy, as on Kaggle.
+
 Like Kaggle (../../shared/reference/sessions.md, kaggle.com/docs/notebooks):
 - each version starts with an empty /kaggle/working; the kernel runs as a batch session
   (KAGGLE_KERNEL_RUN_TYPE=Batch) with /kaggle at the kernel's folder (TA_KAGGLE_ROOT);
@@ -44,10 +52,12 @@ import time
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit
 
 ROOT = Path(__file__).resolve().parents[2]
-PORT = 7777  # kagglesdk's KaggleEnv.TEST endpoint
+PORT = 7777  # kagglesdk's KaggleEnv.TEST endpoint: the address the client sends to
+ADDRESS = f"localhost:{PORT}"
+PROXY = ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")  # what __enter__ sets
 PREFIX = "/api/v1/kernels.KernelsApiService/"
 DATASETS = "/api/v1/datasets.DatasetApiService/"
 BLOBS = "/api/v1/blobs.BlobApiService/"
@@ -94,18 +104,10 @@ class Kernel:
 class FakeKaggle(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, root: Path, env: dict | None = None, wait_s: float = 900.0,
-                 session_hours: list | None = None):
-        # The client's TEST endpoint is one fixed port: tests in parallel workers take turns.
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                super().__init__(("127.0.0.1", PORT), Handler)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
+    def __init__(self, root: Path, env: dict | None = None, session_hours: list | None = None):
+        super().__init__(("127.0.0.1", 0), Handler)  # a free port: see the module's text
+        self.proxy = f"http://127.0.0.1:{self.server_address[1]}"
+        self._saved: dict[str, str | None] = {}
         self.root, self.env = Path(root), env or {}
         self.session_hours = list(session_hours or [])
         self.kernels: dict[str, Kernel] = {}
@@ -118,10 +120,17 @@ class FakeKaggle(ThreadingHTTPServer):
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     def __enter__(self):
+        self._saved = {k: os.environ.get(k) for k in PROXY}
+        os.environ.update(HTTP_PROXY=self.proxy, http_proxy=self.proxy, NO_PROXY="", no_proxy="")
         self.thread.start()
         return self
 
     def __exit__(self, *exc):
+        for k, v in self._saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         self.shutdown()
         self.server_close()
         for k in self.kernels.values():
@@ -161,8 +170,8 @@ class FakeKaggle(ThreadingHTTPServer):
         (workdir / "notebook.ipynb").write_text(text)
         kernel = Kernel(slug, workdir, body.get("sessionTimeoutSeconds"))
         self.kernels[f"{owner}/{slug}"] = kernel
-        env = {**os.environ, **self.env, "KAGGLE_KERNEL_RUN_TYPE": "Batch",
-               "TA_KAGGLE_ROOT": str(workdir)}
+        env = {**{k: v for k, v in os.environ.items() if k not in PROXY}, **self.env,
+               "KAGGLE_KERNEL_RUN_TYPE": "Batch", "TA_KAGGLE_ROOT": str(workdir)}
         if self.session_hours:
             limit = self.session_hours.pop(0)
             if limit:
@@ -277,6 +286,18 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args):  # quiet
         pass
+
+    def parse_request(self) -> bool:
+        """A proxied request names its whole URL: serve only the client's TEST address, as
+        the path the handlers expect."""
+        if not super().parse_request():
+            return False
+        url = urlsplit(self.path)
+        if url.netloc != ADDRESS:  # also a request sent to the port itself, not as a proxy
+            self.send_error(502, f"the stand-in serves http://{ADDRESS} only, not {self.path}")
+            return False
+        self.path = url.path + (f"?{url.query}" if url.query else "")
+        return True
 
     def _send(self, code: int, payload: bytes, ctype: str = "application/json") -> None:
         self.send_response(code)
