@@ -23,11 +23,6 @@ JOBS ?= 2
 XDIST = -n $(JOBS) --dist loadscope
 # Tests run JOBS workers, each starting notebook kernels and subprocesses: one intra-op
 # thread apiece keeps 2 cores from thrashing (torch's default would take every core each).
-# The main lane runs one worker more than the cores: its Colab tests wait on the Drive stand-in
-# (tests/drive_fuse.py: 20 ms a file operation, 32 MB/s), test_notebooks_drive.py alone 250 s
-# of which 70% idle (user + sys 73 s), and with two workers one core sat idle for those minutes
-# (the CPU was 59-64% busy then, 93-99% otherwise). A third worker computes while one waits.
-MAIN_JOBS ?= 3
 
 .PHONY: install install-xla lock fuse lanes demo test test-quick test-main test-main-tests \
 	test-quick-tests test-slurm test-xla test-lanes clean-xla lint notebooks check \
@@ -122,7 +117,7 @@ test-main: install fuse docs-deps lint check test-main-tests
 # tmp_path_retention_policy), so the lane's disk is what its running tests hold.
 test-main-tests: install fuse docs-deps
 	OMP_NUM_THREADS=1 $(PY) -m tests.environment
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(MAIN_JOBS) --dist loadscope --durations=30 \
+	OMP_NUM_THREADS=1 $(PY) -m pytest $(XDIST) --durations=30 \
 		-m "not xla and not lane and not slurm" tests
 
 test-quick-tests: install
