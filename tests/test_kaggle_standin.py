@@ -9,7 +9,7 @@ import sys
 
 import requests
 
-from tests.fakes.kaggle_server import ADDRESS, FakeKaggle
+from tests.fakes.kaggle_server import ADDRESS, PROXY, FakeKaggle
 from tests.notebook_run import ROOT
 
 # One process: a stand-in that, once serving, waits for the other's before it answers the real
@@ -52,6 +52,7 @@ def test_two_stand_ins_in_two_processes_serve_the_client_at_once(tmp_path):
 
 
 def test_a_request_for_any_other_address_is_refused(tmp_path):
+    before = {k: os.environ.get(k) for k in PROXY}
     with FakeKaggle(tmp_path) as server:
         assert os.environ["HTTP_PROXY"] == server.proxy
         other = requests.post("http://example.com/api/v1/kernels.KernelsApiService/SaveKernel",
@@ -60,4 +61,4 @@ def test_a_request_for_any_other_address_is_refused(tmp_path):
                              json={}, auth=("tester", "placeholder"), timeout=10)
     assert other.status_code == 502 and "serves http://localhost:7777 only" in other.reason
     assert ours.status_code == 404 and "no endpoint" in ours.json()["message"]
-    assert "HTTP_PROXY" not in os.environ or os.environ["HTTP_PROXY"] != server.proxy
+    assert {k: os.environ.get(k) for k in PROXY} == before  # the process's own, once it stops

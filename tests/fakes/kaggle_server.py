@@ -52,12 +52,13 @@ import time
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from unittest import mock
 from urllib.parse import quote, unquote, urlsplit
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 7777  # kagglesdk's KaggleEnv.TEST endpoint: the address the client sends to
 ADDRESS = f"localhost:{PORT}"
-PROXY = ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")  # what __enter__ sets
+PROXY = ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")  # set while it serves
 PREFIX = "/api/v1/kernels.KernelsApiService/"
 DATASETS = "/api/v1/datasets.DatasetApiService/"
 BLOBS = "/api/v1/blobs.BlobApiService/"
@@ -107,7 +108,9 @@ class FakeKaggle(ThreadingHTTPServer):
     def __init__(self, root: Path, env: dict | None = None, session_hours: list | None = None):
         super().__init__(("127.0.0.1", 0), Handler)  # a free port: see the module's text
         self.proxy = f"http://127.0.0.1:{self.server_address[1]}"
-        self._saved: dict[str, str | None] = {}
+        self._as_proxy = mock.patch.dict(os.environ, {"HTTP_PROXY": self.proxy,
+                                                      "http_proxy": self.proxy,
+                                                      "NO_PROXY": "", "no_proxy": ""})
         self.root, self.env = Path(root), env or {}
         self.session_hours = list(session_hours or [])
         self.kernels: dict[str, Kernel] = {}
@@ -120,17 +123,12 @@ class FakeKaggle(ThreadingHTTPServer):
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     def __enter__(self):
-        self._saved = {k: os.environ.get(k) for k in PROXY}
-        os.environ.update(HTTP_PROXY=self.proxy, http_proxy=self.proxy, NO_PROXY="", no_proxy="")
+        self._as_proxy.start()
         self.thread.start()
         return self
 
     def __exit__(self, *exc):
-        for k, v in self._saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        self._as_proxy.stop()
         self.shutdown()
         self.server_close()
         for k in self.kernels.values():
