@@ -173,34 +173,41 @@ def test_a_run_resumed_with_another_micro_batch_matches_one_that_never_stopped(t
     assert [(r["micro_batch"], r["accumulation"]) for r in rows] == [(16, 1), (4, 4)]
 
 
-def test_an_xla_out_of_memory_in_the_optimizer_step_is_the_one_line_naming_micro_batch(
-        monkeypatch):
-    """On XLA a step's graph runs at `sync()`: after the first step no micro-batch syncs on
-    its own, so RESOURCE_EXHAUSTED is raised at the optimizer step's sync, outside the
-    micro-batches. It is the same one line with the fix as anywhere else (no torch_xla
-    here: a fake sync that raises as torch_xla does)."""
+@pytest.mark.parametrize("graph", ["forward and backward", "optimizer step"])
+def test_an_xla_out_of_memory_after_the_first_step_is_the_one_line_naming_micro_batch(
+        monkeypatch, graph):
+    """On XLA a step's graphs run at `sync()`: the micro-batch's forward and backward at the
+    sync after them, the optimizer step at its own. After the first step no error is redone,
+    and RESOURCE_EXHAUSTED at either sync is the same one line with the fix as anywhere else
+    (no torch_xla here: a fake sync that raises as torch_xla does)."""
     import dataclasses
 
     from lib.runtime import xla
 
-    armed = {"on": False}
+    armed, syncs = {"on": False}, []
 
     def sync():
-        if armed["on"]:
+        syncs.append(armed["on"])
+        if armed["on"] == graph:
             raise RuntimeError("Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating "
                                "device buffer: Attempting to allocate 1.2G. That was not "
                                "possible. There are 800.0M free.")
 
+    def optimizer_step(optimizer):
+        armed["on"] = "optimizer step" if armed["on"] else False
+        optimizer.step()
+
     monkeypatch.setattr(xla, "sync", sync)
-    monkeypatch.setattr(xla, "optimizer_step", lambda optimizer: optimizer.step())
+    monkeypatch.setattr(xla, "optimizer_step", optimizer_step)
     task = exact_task()
     backend = Backend(dataclasses.replace(CPU, type="xla", where="a TPU v3 core"),
                       torch.device("cpu"), plan=BatchPlan(16, micro=16, auto=True))
     batch = [torch.randn(16, 8), torch.arange(16) % 2]
-    backend.train_step(task, batch)  # the first step: its micro-batch syncs, no error
-    armed["on"] = True
+    backend.train_step(task, batch)  # the first step: no error
+    armed["on"] = "forward and backward"
     with pytest.raises(OutOfMemory) as caught:
         backend.train_step(task, batch)
+    assert syncs[-1] == graph  # the sync that raised is the one of this case
     line = str(caught.value)
     assert "\n" not in line
     assert line.startswith("out of memory at 16 samples per step on a TPU v3 core "

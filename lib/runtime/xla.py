@@ -60,6 +60,28 @@ def sync() -> None:
     torch_xla.sync()
 
 
+def own_scalars(module) -> int:
+    """Give each 0-dim buffer of `module` (BatchNorm's `num_batches_tracked`) a device buffer
+    of its own, and run that; returns how many were given one.
+
+    torch_xla sends equal scalars to the device as one shared buffer (its cache of scalar
+    data), so right after `.to(device)` or loading a checkpoint, MSHNet's 40 counters are one
+    input of the first training step's graph, and 40 separate inputs of every later step's,
+    whose graph then compiles a second time (27 s of CPU for MSHNet, more on a TPU host). A
+    clone each, run as one small graph, makes the first step's inputs those of every step.
+    """
+    torch_xla, _, _ = _tx()
+    count = 0
+    for sub in module.modules():
+        for name, buf in sub._buffers.items():
+            if buf is not None and buf.dim() == 0 and buf.device.type == "xla":
+                sub._buffers[name] = buf.clone()
+                count += 1
+    if count:
+        torch_xla.sync()
+    return count
+
+
 def optimizer_step(optimizer) -> None:
     """Step (all-reducing gradients across replicas first when there are several)."""
     _, xm, _ = _tx()

@@ -58,6 +58,15 @@ class Backend:
         self.probing = True  # this session's first step: where a micro-batch first meets memory
         self.eval_size = plan.micro if plan is not None else None
 
+    def prepare(self, model: nn.Module) -> None:
+        """Before the first step, with the weights in place (fresh or restored): on XLA, the
+        model's scalar buffers each in a device buffer of its own, so that the first step
+        compiles the graphs every later step runs (`lib.runtime.xla.own_scalars`)."""
+        if self.is_xla:
+            from lib.runtime import xla
+
+            xla.own_scalars(model)
+
     def autocast(self):
         if self.dtype is None:
             return nullcontext()
@@ -87,8 +96,7 @@ class Backend:
             together = saved is not None and self.dist.world_size > 1
             failed = ""
             try:
-                out = self._accumulate(task, batch, hold_all=together,
-                                       graph_each=saved is not None)
+                out = self._accumulate(task, batch, hold_all=together)
             except Exception as exc:
                 if not batches.is_out_of_memory(exc):
                     raise
@@ -109,12 +117,15 @@ class Backend:
             self._restore(task, saved)
             self._halve(failed)
 
-    def _accumulate(self, task, batch, hold_all: bool = False,
-                    graph_each: bool = False) -> tuple[torch.Tensor, int]:
+    def _accumulate(self, task, batch, hold_all: bool = False) -> tuple[torch.Tensor, int]:
         """Forward and backward of each micro-batch, gradients adding up to the whole batch's.
-        `hold_all`: no backward all-reduces (the caller averages after agreeing);
-        `graph_each`: on XLA, forward and backward run before the optimizer step's graph, so
-        an out-of-memory error is met before any weight changes."""
+        `hold_all`: no backward all-reduces (the caller averages after agreeing).
+
+        On XLA each micro-batch's forward and backward is a graph of its own, run before the
+        optimizer step's graph: an out-of-memory error is met before any weight changes, and
+        every step, the first included, runs the same two graphs, so a session compiles them
+        once (a first step split for probing and later steps fused compiled the step's largest
+        graph a third time)."""
         model, n = task.model, batches.samples_in(batch)
         parts = batches.split(batch, self.plan.micro if self.plan is not None else n)
         loss_sum = torch.zeros((), device=self.device)
@@ -130,7 +141,7 @@ class Backend:
                 # the mean over the whole batch (one part: the loss as it is, bit for bit)
                 self.backward(loss * (target.shape[0] / n) if len(parts) > 1 else loss)
                 loss_sum += loss.detach().float() * target.shape[0]
-            if self.is_xla and (len(parts) > 1 or graph_each):
+            if self.is_xla:
                 from lib.runtime import xla
 
                 xla.sync()  # a graph per micro-batch: its memory, and any error, are its own
@@ -184,8 +195,15 @@ class Backend:
 
     def _snapshot(self, model: nn.Module):
         """What a redone step must start from: the RNG states dropout draws from, and the
-        buffers (BatchNorm's running statistics) the failed forward passes moved."""
-        return rng_state(), [b.detach().clone() for b in model.buffers()]
+        buffers (BatchNorm's running statistics) the failed forward passes moved. On XLA the
+        copies run as a graph of their own, so the step's graph is the one later steps run
+        (with the copies in it, it had 120 more outputs for MSHNet and compiled twice)."""
+        saved = rng_state(), [b.detach().clone() for b in model.buffers()]
+        if self.is_xla:
+            from lib.runtime import xla
+
+            xla.sync()
+        return saved
 
     def _restore(self, task, saved) -> None:
         rng, buffers = saved
@@ -242,6 +260,10 @@ class Backend:
                 with self.autocast():
                     output = model(inputs)
                     loss = loss_fn(output, target).detach().float()
+                if self.is_xla:  # the forward runs once, here, as one graph; else a metric
+                    from lib.runtime import xla  # that reads a value on the host (Pd/Fa's
+
+                    xla.sync()  # masks) runs it, and the loader's sync runs it again
             except Exception as exc:
                 if size == 1 or not batches.is_out_of_memory(exc):
                     raise
