@@ -12,6 +12,12 @@ import papermill
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKES = Path(__file__).resolve().parent / "fakes"
+# The TPU stand-in: torch_xla's PJRT client on the CPU. Its graphs, compile counts and
+# transfers are a TPU's; how hard LLVM optimises the CPU code is not, and XLA's CPU backend at
+# its default level spends most of a smoke run compiling (MSHNet's first epoch: 96 s at the
+# default, 37 s at level 0, where each step runs about 1.8x slower). The Makefile's test-xla
+# sets the same for the tests that use XLA in their own process.
+XLA_ON_CPU = {"PJRT_DEVICE": "CPU", "XLA_FLAGS": "--xla_backend_optimization_level=0"}
 
 
 def execute(workload: str, platform: str, out: Path, env: dict | None = None,

@@ -28,7 +28,7 @@ from lib.runs.records import read_jsonl
 from lib.runtime.platforms import PLATFORMS, storage
 from tests import lanes
 from tests.cloud_standins import SERVICES
-from tests.notebook_run import FAKES, ROOT, stream_text
+from tests.notebook_run import FAKES, ROOT, XLA_ON_CPU, stream_text
 from tests.served_repo import ServedRepo
 
 pytestmark = pytest.mark.lane
@@ -113,7 +113,7 @@ def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path)
         content = tmp_path / "working"  # where a Kaggle kernel starts
         content.mkdir()
     if profile.accelerator == "xla":
-        env["PJRT_DEVICE"] = "CPU"
+        env.update(XLA_ON_CPU)
     executed = tmp_path / "executed.ipynb"
     with mock.patch.dict(os.environ, env):  # the kernel inherits it
         papermill.execute_notebook(str(opened), str(executed), parameters=params,

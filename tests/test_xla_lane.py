@@ -12,7 +12,7 @@ torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment 
 from lib.data import fashion  # noqa: E402
 from lib.models.cnn import CNN, CNNConfig  # noqa: E402
 from lib.runs.records import read_jsonl  # noqa: E402
-from tests.notebook_run import execute, stream_text  # noqa: E402
+from tests.notebook_run import XLA_ON_CPU, execute, stream_text  # noqa: E402
 from tests.xla_checks import compiles_per_epoch, cpu_and_xla_outputs, run_on_xla  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def tpu_run(tmp_path_factory):
     """The colab_tpu Fashion-MNIST notebook, three smoke epochs, through papermill."""
     tmp = tmp_path_factory.mktemp("tpu")
-    nb = execute("fashion_mnist", "colab_tpu", tmp, env={"PJRT_DEVICE": "CPU"},
+    nb = execute("fashion_mnist", "colab_tpu", tmp, env=XLA_ON_CPU,
                  SMOKE=True, SAMPLE_DATA=True, EPOCHS=3, DATA_DIR=str(tmp / "data"),
                  OUT_DIR=str(tmp / "run"))
     return tmp, nb

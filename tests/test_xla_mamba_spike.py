@@ -23,7 +23,7 @@ torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment 
 from lib.data.events import build_datasets as event_datasets  # noqa: E402
 from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig  # noqa: E402
 from lib.runs.records import read_jsonl  # noqa: E402
-from tests.notebook_run import execute, stream_text  # noqa: E402
+from tests.notebook_run import XLA_ON_CPU, execute, stream_text  # noqa: E402
 from tests.xla_checks import compiles_per_epoch, cpu_and_xla_outputs  # noqa: E402
 
 SMALL = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=3, SMOKE_BATCHES=2, BATCH_SIZE=4, LR=2e-3,
@@ -35,7 +35,7 @@ SMALL = dict(SMOKE=True, SAMPLE_DATA=True, EPOCHS=3, SMOKE_BATCHES=2, BATCH_SIZE
 def tpu_run(tmp_path_factory):
     """The colab_tpu Mamba-Spike notebook, three smoke epochs on the N-MNIST sample."""
     tmp = tmp_path_factory.mktemp("tpu")
-    nb = execute("mamba_spike", "colab_tpu", tmp, env={"PJRT_DEVICE": "CPU"},
+    nb = execute("mamba_spike", "colab_tpu", tmp, env=XLA_ON_CPU,
                  DATA_DIR=str(tmp / "data"), OUT_DIR=str(tmp / "run"), **SMALL)
     return tmp, nb
 

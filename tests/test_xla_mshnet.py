@@ -12,7 +12,7 @@ torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment 
 from lib.data.irstd import build_datasets as irstd_datasets  # noqa: E402
 from lib.models.mshnet import MSHNet, MSHNetConfig  # noqa: E402
 from lib.runs.records import read_jsonl  # noqa: E402
-from tests.notebook_run import execute, stream_text  # noqa: E402
+from tests.notebook_run import XLA_ON_CPU, execute, stream_text  # noqa: E402
 from tests.xla_checks import compiles_per_epoch, cpu_and_xla_outputs  # noqa: E402
 
 
@@ -20,7 +20,7 @@ from tests.xla_checks import compiles_per_epoch, cpu_and_xla_outputs  # noqa: E4
 def tpu_run(tmp_path_factory):
     """The colab_tpu MSHNet notebook, three smoke epochs of the full SLS loss (no warm-up)."""
     tmp = tmp_path_factory.mktemp("tpu")
-    nb = execute("mshnet", "colab_tpu", tmp, env={"PJRT_DEVICE": "CPU"}, SMOKE=True,
+    nb = execute("mshnet", "colab_tpu", tmp, env=XLA_ON_CPU, SMOKE=True,
                  SAMPLE_DATA=True, EPOCHS=3, WARM_EPOCHS=0, WARMUP_RULE="paper",
                  SMOKE_BATCHES=2, BATCH_SIZE=8,
                  DATA_DIR=str(tmp / "data"), OUT_DIR=str(tmp / "run"))

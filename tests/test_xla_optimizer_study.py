@@ -13,7 +13,7 @@ from lib.data.cifar import build_datasets as cifar_datasets  # noqa: E402
 from lib.models.resnet import CifarResNet18, ResNetConfig  # noqa: E402
 from lib.runs.records import read_jsonl  # noqa: E402
 from lib.study.grid import read_results  # noqa: E402
-from tests.notebook_run import execute, stream_text  # noqa: E402
+from tests.notebook_run import XLA_ON_CPU, execute, stream_text  # noqa: E402
 from tests.xla_checks import compiles_per_epoch, cpu_and_xla_outputs  # noqa: E402
 
 RUN = "cifar10-adamw-seed0-sym0.2"
@@ -24,7 +24,7 @@ def tpu_run(tmp_path_factory):
     """The colab_tpu study notebook, one run (AdamW, seed 0) of three smoke epochs: the lr
     changes every step (warm-up), which must not recompile the step."""
     tmp = tmp_path_factory.mktemp("tpu")
-    nb = execute("optimizer_study", "colab_tpu", tmp, env={"PJRT_DEVICE": "CPU"}, SMOKE=True,
+    nb = execute("optimizer_study", "colab_tpu", tmp, env=XLA_ON_CPU, SMOKE=True,
                  SAMPLE_DATA=True, EPOCHS=3, SMOKE_BATCHES=2, BATCH_SIZE=16, OPTIMIZER="adamw",
                  SEED=0, DATA_DIR=str(tmp / "data"), OUT_DIR=str(tmp / "study"))
     return tmp, nb

@@ -12,6 +12,7 @@ import torch
 from lib.runs.checkpoints import to_cpu
 from lib.runs.records import read_jsonl
 from lib.runtime import xla
+from tests.notebook_run import XLA_ON_CPU
 
 
 def compiles_per_epoch(metrics: Path) -> list[int]:
@@ -42,7 +43,7 @@ faulthandler.dump_traceback_later({seconds}, exit=True)  # a hang prints every t
 
 
 def run_on_xla(code: str, watchdog_s: int, *, tries: int = 1) -> subprocess.CompletedProcess:
-    """`code` in a fresh process on torch_xla's CPU client (only PJRT_DEVICE and PATH set).
+    """`code` in a fresh process on torch_xla's CPU client (only XLA_ON_CPU and PATH set).
 
     A process still running after `watchdog_s` prints every thread's Python stack (faulthandler)
     and exits, so a hang fails with where it stood rather than a bare timeout. `tries` > 1 is
@@ -52,7 +53,7 @@ def run_on_xla(code: str, watchdog_s: int, *, tries: int = 1) -> subprocess.Comp
     for attempt in range(1, tries + 1):
         out = subprocess.run([sys.executable, "-c", WATCHDOG.format(seconds=watchdog_s) + code],
                              capture_output=True, text=True, timeout=watchdog_s + 120,
-                             env={"PJRT_DEVICE": "CPU", "PATH": "/usr/bin:/bin"})
+                             env={**XLA_ON_CPU, "PATH": "/usr/bin:/bin"})
         if not (out.returncode == 1 and "Timeout (" in out.stderr) or attempt == tries:
             return out
         warnings.warn(f"try {attempt} of {tries} hung for {watchdog_s} s; its threads:\n"
