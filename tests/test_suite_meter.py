@@ -64,6 +64,25 @@ def test_a_phase_beside_another(tmp_path):
     assert "| downloads | side-main |" in text and "beside tests" in text
 
 
+def test_a_phase_beside_several_in_turn_and_a_failure_stops_the_turns(tmp_path):
+    """The side phase runs through both mains, in order: it waits for the second main's start
+    mark, which that main writes only after the first ended; a failed main stops the next."""
+    (tmp_path / "Makefile").write_text(MAKEFILE)
+    first, second = suite.Phase("first", "ok"), suite.Phase("tests", "main-side")
+    side = suite.Phase("slurm", "side-main")
+    ok, text = suite.measure([((first, second), side)], root=tmp_path)
+    assert ok and first.rc == second.rc == side.rc == 0, text
+    assert first.ended <= second.started < side.ended  # the side outlived the first main
+    assert "beside first" in text and "| tests | main-side |" in text
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "Makefile").write_text(MAKEFILE)
+    broken, never = suite.Phase("broken", "fail"), suite.Phase("never", "later")
+    ok, text = suite.measure([((broken, never), suite.Phase("side", "ok"))], root=again)
+    assert not ok and not (again / "later-ran").exists()
+    assert "| never | later | 0 | not run |" in text
+
+
 def test_the_disk_peak_is_the_largest_rise_seen_on_each_file_system(tmp_path):
     """A file system's use rises by 3 GB, then falls below the start: the peak is 3 GB."""
     used = iter([10e9, 13e9, 9e9])  # at the start, while a phase ran, at the end

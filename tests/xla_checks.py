@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -40,21 +41,40 @@ def cpu_and_xla_outputs(build, checkpoint: Path, inputs: torch.Tensor):
 WATCHDOG = """import faulthandler, sys
 faulthandler.dump_traceback_later({seconds}, exit=True)  # a hang prints every thread, exits 1
 """
+# Once the code has run, the process leaves at once: torch_xla's PJRT client is not torn down
+# (a teardown that hung there, after the watchdog is gone, once held a CI run for 360 s).
+HARD_EXIT = """
+import os as _os
+sys.stdout.flush(); sys.stderr.flush(); _os._exit(0)
+"""
 
 
 def run_on_xla(code: str, watchdog_s: int, *, tries: int = 1) -> subprocess.CompletedProcess:
     """`code` in a fresh process on torch_xla's CPU client (only XLA_ON_CPU and PATH set).
 
     A process still running after `watchdog_s` prints every thread's Python stack (faulthandler)
-    and exits, so a hang fails with where it stood rather than a bare timeout. `tries` > 1 is
-    for a measurement that is not about hanging: a hung try is reported as a warning carrying
-    its stacks, and the code is run again; a try that fails otherwise is never retried.
+    and exits, so a hang fails with where it stood rather than a bare timeout; one still running
+    two minutes later is killed. Its output goes to files, not pipes, so a process it started
+    cannot hold the call open after it ended. `tries` > 1 is for a measurement that is not
+    about hanging: a hung or killed try is reported as a warning carrying its stacks, and the
+    code is run again; a try that fails otherwise is never retried.
     """
     for attempt in range(1, tries + 1):
-        out = subprocess.run([sys.executable, "-c", WATCHDOG.format(seconds=watchdog_s) + code],
-                             capture_output=True, text=True, timeout=watchdog_s + 120,
-                             env={**XLA_ON_CPU, "PATH": "/usr/bin:/bin"})
-        if not (out.returncode == 1 and "Timeout (" in out.stderr) or attempt == tries:
+        with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+            args = [sys.executable, "-c", WATCHDOG.format(seconds=watchdog_s) + code + HARD_EXIT]
+            try:
+                rc = subprocess.run(args, stdout=stdout, stderr=stderr, timeout=watchdog_s + 120,
+                                    env={**XLA_ON_CPU, "PATH": "/usr/bin:/bin"}).returncode
+            except subprocess.TimeoutExpired:
+                rc = None
+            stdout.seek(0)
+            stderr.seek(0)
+            out = subprocess.CompletedProcess(args, rc, stdout.read(), stderr.read())
+        hung = rc is None or (rc == 1 and "Timeout (" in out.stderr)
+        if not hung or attempt == tries:
+            if rc is None:
+                raise AssertionError(f"killed after {watchdog_s + 120} s; its output:\n"
+                                     + out.stdout[-2000:] + out.stderr[-4000:])
             return out
         warnings.warn(f"try {attempt} of {tries} hung for {watchdog_s} s; its threads:\n"
                       + out.stderr[-6000:], stacklevel=2)
