@@ -133,6 +133,7 @@ test-slurm: install
 	OMP_NUM_THREADS=1 $(PY) -m tests.slurm_cluster run -- \
 		$(PY) -m pytest -n 0 -rs -m slurm tests/test_sweep_slurm.py
 
+# XLA_FLAGS: the TPU stand-in's LLVM level, as tests/notebook_run.py XLA_ON_CPU (why: there).
 test-xla: install-xla
 	OMP_NUM_THREADS=1 $(XLA_PY) -m tests.environment
 	PJRT_DEVICE=CPU XLA_FLAGS=--xla_backend_optimization_level=0 \

@@ -41,12 +41,6 @@ def cpu_and_xla_outputs(build, checkpoint: Path, inputs: torch.Tensor):
 WATCHDOG = """import faulthandler, sys
 faulthandler.dump_traceback_later({seconds}, exit=True)  # a hang prints every thread, exits 1
 """
-# Once the code has run, the process leaves at once: torch_xla's PJRT client is not torn down
-# (a teardown that hung there, after the watchdog is gone, once held a CI run for 360 s).
-HARD_EXIT = """
-import os as _os
-sys.stdout.flush(); sys.stderr.flush(); _os._exit(0)
-"""
 
 
 def run_on_xla(code: str, watchdog_s: int, *, tries: int = 1) -> subprocess.CompletedProcess:
@@ -54,14 +48,16 @@ def run_on_xla(code: str, watchdog_s: int, *, tries: int = 1) -> subprocess.Comp
 
     A process still running after `watchdog_s` prints every thread's Python stack (faulthandler)
     and exits, so a hang fails with where it stood rather than a bare timeout; one still running
-    two minutes later is killed. Its output goes to files, not pipes, so a process it started
-    cannot hold the call open after it ended. `tries` > 1 is for a measurement that is not
-    about hanging: a hung or killed try is reported as a warning carrying its stacks, and the
-    code is run again; a try that fails otherwise is never retried.
+    two minutes later is killed. Its output goes to files, not pipes: a DataLoader worker it
+    forked, deadlocked at its start (glibc's atexit lock taken while torch_xla's threads ran),
+    outlived it and, holding a pipe, kept a CI run waiting 360 s with nothing printed. `tries`
+    > 1 is for a measurement that is not about hanging: a hung or killed try is reported as a
+    warning carrying its stacks, and the code is run again; a try that fails otherwise is
+    never retried.
     """
     for attempt in range(1, tries + 1):
         with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
-            args = [sys.executable, "-c", WATCHDOG.format(seconds=watchdog_s) + code + HARD_EXIT]
+            args = [sys.executable, "-c", WATCHDOG.format(seconds=watchdog_s) + code]
             try:
                 rc = subprocess.run(args, stdout=stdout, stderr=stderr, timeout=watchdog_s + 120,
                                     env={**XLA_ON_CPU, "PATH": "/usr/bin:/bin"}).returncode

@@ -67,6 +67,13 @@ class Backend:
 
             xla.own_scalars(model)
 
+    def _cut(self) -> None:
+        """On XLA, cut the lazy graph here and run it; elsewhere nothing (eager)."""
+        if self.is_xla:
+            from lib.runtime import xla
+
+            xla.sync()
+
     def autocast(self):
         if self.dtype is None:
             return nullcontext()
@@ -141,10 +148,7 @@ class Backend:
                 # the mean over the whole batch (one part: the loss as it is, bit for bit)
                 self.backward(loss * (target.shape[0] / n) if len(parts) > 1 else loss)
                 loss_sum += loss.detach().float() * target.shape[0]
-            if self.is_xla:
-                from lib.runtime import xla
-
-                xla.sync()  # a graph per micro-batch: its memory, and any error, are its own
+            self._cut()  # on XLA a graph per micro-batch: its memory, and any error, its own
         return loss_sum, n
 
     def _no_sync(self, model):
@@ -199,10 +203,7 @@ class Backend:
         copies run as a graph of their own, so the step's graph is the one later steps run
         (with the copies in it, it had 120 more outputs for MSHNet and compiled twice)."""
         saved = rng_state(), [b.detach().clone() for b in model.buffers()]
-        if self.is_xla:
-            from lib.runtime import xla
-
-            xla.sync()
+        self._cut()
         return saved
 
     def _restore(self, task, saved) -> None:
@@ -260,10 +261,9 @@ class Backend:
                 with self.autocast():
                     output = model(inputs)
                     loss = loss_fn(output, target).detach().float()
-                if self.is_xla:  # the forward runs once, here, as one graph; else a metric
-                    from lib.runtime import xla  # that reads a value on the host (Pd/Fa's
-
-                    xla.sync()  # masks) runs it, and the loader's sync runs it again
+                # On XLA the forward runs once, here, as one graph; else a metric that reads
+                # a value on the host (Pd/Fa's masks) runs it, and the loader's sync again.
+                self._cut()
             except Exception as exc:
                 if size == 1 or not batches.is_out_of_memory(exc):
                     raise
