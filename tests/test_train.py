@@ -2,6 +2,8 @@
 
 import dataclasses
 import json
+import os
+import threading
 
 import pytest
 import torch
@@ -198,3 +200,50 @@ def test_seeded_samples_depend_on_seed_epoch_and_index_only_and_keep_the_global_
         assert torch.equal(a, b) and la == lb
     assert not torch.equal(first[0][0], first[8][0])  # epochs differ
     assert not torch.equal(first[0][0], SeededDataset(_Augmenting(), seed=6)[(0, 0)][0])
+
+
+# Held by a thread of the training process while its DataLoader starts workers: as glibc's
+# atexit lock was, by a torch_xla thread, when a forked worker hung forever in the XLA lane.
+HELD = threading.Lock()
+
+
+class _WhoLoads(Dataset):
+    """Each sample: (the worker's pid, its parent's pid); it needs `HELD`, as a module import
+    needs the C library's locks."""
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        if not HELD.acquire(timeout=3):
+            raise RuntimeError("deadlocked: a lock held at fork time is never released here")
+        HELD.release()
+        return torch.tensor([os.getpid(), os.getppid()])
+
+
+def test_xla_loader_workers_start_from_a_forkserver_without_the_locks_of_training_threads():
+    """On XLA a worker forked from the training process inherits every lock its other threads
+    held at that moment, locked for good; workers that fork from a forkserver do not (and a
+    CUDA or CPU run keeps the platform's fork, whose start costs nothing)."""
+    xla = dataclasses.replace(CPU, type="xla", num_workers=2)
+    released, holding = threading.Event(), threading.Event()
+
+    def hold():
+        with HELD:
+            holding.set()
+            released.wait()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    holding.wait()
+    try:
+        rows = torch.cat(list(make_loader(_WhoLoads(), 4, xla, train=False, seed=0)))
+    finally:
+        released.set()
+        thread.join()
+    workers, parents = set(rows[:, 0].tolist()), set(rows[:, 1].tolist())
+    assert len(workers) == 2 and os.getpid() not in parents and len(parents) == 1
+
+    cuda = dataclasses.replace(CPU, type="cuda", num_workers=2, pin_memory=False)
+    rows = torch.cat(list(make_loader(_WhoLoads(), 4, cuda, train=False, seed=0)))
+    assert set(rows[:, 1].tolist()) == {os.getpid()}

@@ -20,6 +20,7 @@ download check bypassed the way tonic's own tests do; real data never takes that
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import tonic
@@ -50,6 +51,24 @@ OFFICIAL_TIME_BINS = {"nmnist": 300, "dvsgesture": 500, "cifar10dvs": 100}
 # datasets (Kaggle) come extracted, without it.
 EXTRACTED = {"nmnist": (10000, ".bin"), "dvsgesture": (100, ".npy"),
              "cifar10dvs": (1000, ".aedat4")}
+
+
+def _checked(name: str, sample: bool) -> type:
+    """tonic's class for `name` (same __name__: tonic names its folder after it) with its
+    "archive present and at least N files" check replaced: the sample's few files pass, and
+    otherwise an extracted folder counts without its archive (a read-only Kaggle dataset)."""
+    kind = "SAMPLE_CLASSES" if sample else "FOLDER_CLASSES"
+    check = (lambda self: True) if sample else (  # EXTRACTED read when checked
+        lambda self: self._folder_contains_at_least_n_files_of_type(*EXTRACTED[name]))
+    return type(TONIC_CLASSES[name].__name__, (TONIC_CLASSES[name],),
+                {"_check_exists": check, "__module__": __name__, "__qualname__": f"{kind}.{name}"})
+
+
+# Built once, here, and found by name: a DataLoader worker that starts from a forkserver (on
+# XLA, lib.data.common.worker_start) unpickles its dataset, and a class made in a call is not
+# there to find.
+SAMPLE_CLASSES = SimpleNamespace(**{name: _checked(name, True) for name in TONIC_CLASSES})
+FOLDER_CLASSES = SimpleNamespace(**{name: _checked(name, False) for name in TONIC_CLASSES})
 
 
 def _write_sample(name: str, folder: Path) -> Path:
@@ -267,18 +286,12 @@ def load_events(name: str, root: Path, train: bool | None, transform=None, *,
     name, root = check_name(name), Path(root)
     if root.exists() and not root.is_dir():
         raise DataError(f"DATA_DIR {str(root)!r} is a file; set DATA_DIR to a folder.")
-    cls = TONIC_CLASSES[name]
     if name == "cifar10dvs":
         _require_aedat()
     kwargs = {} if name == "cifar10dvs" else {"train": bool(train)}
-    if sample:  # only sample files skip tonic's "archive present and >= N files" check
-        cls = type(cls.__name__, (cls,), {"_check_exists": lambda self: True})
-    else:  # an extracted folder counts without its archive (a read-only Kaggle dataset)
-        if name in DOWNLOAD_BYTES and not (root / cls.__name__).is_dir():  # nothing there yet
-            space.require(root, DOWNLOAD_BYTES[name], f"downloading and unpacking {cls.__name__}")
-        n, ext = EXTRACTED[name]
-        cls = type(cls.__name__, (cls,), {"_check_exists": lambda self: (
-            self._folder_contains_at_least_n_files_of_type(n, ext))})
+    cls = getattr(SAMPLE_CLASSES if sample else FOLDER_CLASSES, name)
+    if not sample and name in DOWNLOAD_BYTES and not (root / cls.__name__).is_dir():
+        space.require(root, DOWNLOAD_BYTES[name], f"downloading and unpacking {cls.__name__}")
     try:
         ds = cls(str(root), transform=transform, **kwargs)
     except (OSError, RuntimeError) as exc:  # the download failed or its md5 did not match
