@@ -42,8 +42,8 @@ OPENS_BUDGET, RATIO_BUDGET = 16, 1.25
 WORKERS = 2  # Colab's and Kaggle's DataLoader workers (lib/runtime/platforms.py)
 
 
-class _Choice:
-    num_workers, pin_memory = WORKERS, False
+class _Choice:  # a GPU notebook's loader settings (lib.runtime.device.DeviceChoice)
+    type, num_workers, pin_memory = "cuda", WORKERS, False
 
 
 class _ReadEveryEpoch(irstd.IRSTDDataset):
