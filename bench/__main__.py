@@ -27,7 +27,8 @@ from bench import bench_gpu, bench_loop, bench_pipeline, bench_suite, bench_swee
 from bench.common import FIGURES, ROOT, machine, markdown_table, run_python, set_threads
 
 SECTIONS = ("loop", "pipeline", "device_data", "mamba_spike", "compile", "scan", "seg", "xla",
-            "suite", "sweep", "gpu", "opens", "durable", "accumulation", "plan", "report")
+            "suite", "sweep", "gpu", "opens", "durable", "accumulation", "plan", "report",
+            "workers")
 EXTERNAL = {"scan": ("bench_scan", "Mamba selective scan: parallel vs sequential"),
             "seg": ("bench_seg", "MSHNet SLS loss and metrics: vectorised vs per-sample"),
             "device_data": ("bench_device_data", "Input pipeline on the device: host work per "
@@ -43,7 +44,9 @@ EXTERNAL = {"scan": ("bench_scan", "Mamba selective scan: parallel vs sequential
             "durable": ("bench_durable", "What a durable checkpoint costs on Drive: save and "
                         "resume, direct vs staged with its marker"),
             "plan": ("bench_plan", "Planning: `train-anywhere plan` for a 100-cell grid, and its "
-                     "plans against an exhaustive search")}
+                     "plans against an exhaustive search"),
+            "workers": ("bench_workers", "DataLoader workers: fork vs a forkserver (XLA), "
+                        "seconds to the first batch")}
 # (default, --quick) keyword arguments of each section's run().
 SIZES = {
     "loop": (dict(steps=bench_loop.STEPS, repeats=bench_loop.REPEATS), dict(steps=2, repeats=1)),
@@ -107,7 +110,7 @@ TITLES = {"loop": "Loop overhead: `fit` vs a bare PyTorch loop",
           "scan": EXTERNAL["scan"][1], "seg": EXTERNAL["seg"][1],
           **{k: EXTERNAL[k][1] for k in ("device_data", "mamba_spike", "compile", "opens",
                                                  "durable", "accumulation", "plan",
-                                                 "report")},
+                                                 "report", "workers")},
           "xla": "XLA on the CPU vs eager CPU", "suite": "The suite: rendering and notebooks",
           "sweep": "Sweep: overhead per grid cell of each backend",
           "gpu": "GPU: samples/s, peak memory, fraction of peak FLOP/s"}
