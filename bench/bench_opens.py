@@ -43,7 +43,7 @@ WORKERS = 2  # Colab's and Kaggle's DataLoader workers (lib/runtime/platforms.py
 
 
 class _Choice:  # a GPU notebook's loader settings (lib.runtime.device.DeviceChoice)
-    type, num_workers, pin_memory = "cuda", WORKERS, False
+    num_workers, pin_memory, worker_start = WORKERS, False, None
 
 
 class _ReadEveryEpoch(irstd.IRSTDDataset):

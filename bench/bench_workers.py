@@ -3,8 +3,8 @@
     python -m bench.bench_workers            # 3 loaders in turn, each way
     python -m bench.bench_workers --quick    # 2 loaders
 
-`lib.data.common.worker_start` starts an XLA run's workers from a forkserver, so that none is
-forked while a torch_xla thread holds a C-library lock. This measures what that costs: the
+An XLA run's DataLoader workers start from a forkserver (`DeviceChoice.worker_start`), so
+that none is forked while a torch_xla thread holds a C-library lock. This measures the cost: the
 time from making a loader to its first batch, for several loaders in one process (as a
 notebook makes a training and a test loader), over MSHNet's offline IRSTD sample with the
 platforms' 2 workers. The forkserver starts on the first loader and imports torch and the
@@ -21,22 +21,23 @@ import time
 from bench.common import markdown_table, set_threads
 
 
-def first_batches(kind: str, loaders: int) -> list[float]:
-    """Seconds from make_loader to the first batch, for `loaders` loaders in turn."""
+def first_batches(start: str | None, loaders: int) -> list[float]:
+    """Seconds from make_loader to the first batch, for `loaders` loaders in turn, workers
+    started by `start` (`DeviceChoice.worker_start`)."""
     from lib.data.common import make_loader
     from lib.data.irstd import build_datasets
     from lib.runtime.device import Probe, choose_device
     from lib.runtime.platforms import get_platform
 
     cpu = choose_device("cpu", get_platform("colab_t4"), Probe(), environ={})
-    choice = dataclasses.replace(cpu, type=kind, num_workers=2, pin_memory=False)
+    choice = dataclasses.replace(cpu, num_workers=2, worker_start=start)
     train, _, _ = build_datasets(tempfile.mkdtemp(), True, 256, 256)
     seconds = []
     for _ in range(loaders):
-        start = time.perf_counter()
+        began = time.perf_counter()
         batches = iter(make_loader(train, 4, choice, train=True, seed=0))
         next(batches)
-        seconds.append(time.perf_counter() - start)
+        seconds.append(time.perf_counter() - began)
         del batches
     return seconds
 
@@ -49,14 +50,11 @@ def main(argv: list[str] | None = None) -> None:
     loaders = 2 if args.quick else 3
     rows = []
     # the fork run first: a forkserver, once started, stays for the process
-    for kind, how in (("cuda", "fork (CUDA, CPU)"), ("xla", "forkserver (XLA)")):
-        seconds = first_batches(kind, loaders)
-        rows.append({"workers start by": how, "first loader s": seconds[0],
-                     "later loaders s (each)": max(seconds[1:])})
-    print(markdown_table(rows, [("workers start by", "workers start by"),
-                                ("first loader s", "first loader s"),
-                                ("later loaders s (each)", "later loaders s (the slowest)")]))
-
+    for start, how in ((None, "fork (CUDA, CPU)"), ("forkserver", "forkserver (XLA)")):
+        seconds = first_batches(start, loaders)
+        rows.append({"how": how, "first": seconds[0], "later": max(seconds[1:])})
+    print(markdown_table(rows, [("how", "workers start by"), ("first", "first loader s"),
+                                ("later", "later loaders s (the slowest)")]))
 
 if __name__ == "__main__":
     main()

@@ -72,7 +72,7 @@ def test_the_packed_frame_cache_on_drive_opens_few_files_per_epoch(drive, tmp_pa
                                            cache_dir=drive.path / "cache")
     events.warm_cache(train, test, progress=False)
     assert len(list((drive.root / "cache").rglob("*"))) <= 2 * (2 * 2 + 1)  # + manifests
-    choice = type("Choice", (), {"type": "cuda", "num_workers": 2, "pin_memory": False})()
+    choice = type("Choice", (), {"num_workers": 2, "pin_memory": False, "worker_start": None})()
     loader = make_loader(train, 8, choice, train=True, seed=0)
     opens.install()
     epochs = []

@@ -209,7 +209,7 @@ def test_warm_cache_covers_a_shared_cifar_style_split_once(tmp_path):
 def test_an_xla_session_needs_a_fixed_t(tmp_path):
     cfg = make(SAMPLE_DATA=True, DT_US=50_000, N_TIME_BINS=None, DATA_DIR=str(tmp_path))
     s = SimpleNamespace(cfg=cfg, data_dir=tmp_path, out_dir=tmp_path / "run",
-                        choice=SimpleNamespace(type="xla", num_workers=0),
+                        choice=SimpleNamespace(type="xla", num_workers=0, worker_start=None),
                         storage=SimpleNamespace(prepared=None))
     with pytest.raises(ValueError, match="recompiles on XLA; set FIXED_T"):
         ms.datasets(s)

@@ -224,8 +224,12 @@ class _WhoLoads(Dataset):
 def test_xla_loader_workers_start_from_a_forkserver_without_the_locks_of_training_threads():
     """On XLA a worker forked from the training process inherits every lock its other threads
     held at that moment, locked for good; workers that fork from a forkserver do not (and a
-    CUDA or CPU run keeps the platform's fork, whose start costs nothing)."""
-    xla = dataclasses.replace(CPU, type="xla", num_workers=2)
+    CUDA run keeps the platform's fork, whose start costs nothing). The choices are the ones
+    `choose_device` makes on a Colab TPU and on a T4 (2 workers each)."""
+    from tests.fake_cuda import cuda_choice
+
+    xla = choose_device("xla", get_platform("colab_tpu"), Probe(xla_installed=True), environ={})
+    assert (xla.num_workers, xla.worker_start) == (2, "forkserver")
     released, holding = threading.Event(), threading.Event()
 
     def hold():
@@ -244,6 +248,7 @@ def test_xla_loader_workers_start_from_a_forkserver_without_the_locks_of_trainin
     workers, parents = set(rows[:, 0].tolist()), set(rows[:, 1].tolist())
     assert len(workers) == 2 and os.getpid() not in parents and len(parents) == 1
 
-    cuda = dataclasses.replace(CPU, type="cuda", num_workers=2, pin_memory=False)
+    cuda = dataclasses.replace(cuda_choice(), pin_memory=False)  # no CUDA here to pin for
+    assert (cuda.num_workers, cuda.worker_start) == (2, None)
     rows = torch.cat(list(make_loader(_WhoLoads(), 4, cuda, train=False, seed=0)))
     assert set(rows[:, 1].tolist()) == {os.getpid()}

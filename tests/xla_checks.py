@@ -51,10 +51,10 @@ def run_on_xla(code: str, watchdog_s: int, *, tries: int = 1) -> subprocess.Comp
     two minutes later is killed. Its output goes to files, not pipes: a DataLoader worker it
     forked, deadlocked at its start (glibc's atexit lock taken while torch_xla's threads ran),
     outlived it and, holding a pipe, kept a CI run waiting 360 s with nothing printed (workers
-    on XLA now start from a forkserver: `lib.data.common.worker_start`). `tries`
-    > 1 is for a measurement that is not about hanging: a hung or killed try is reported as a
-    warning carrying its stacks, and the code is run again; a try that fails otherwise is
-    never retried.
+    on XLA now start from a forkserver: `DeviceChoice.worker_start`). `tries` > 1 is for a
+    measurement that is not about hanging: a hung or killed try is reported as a warning
+    carrying its stacks, and the code is run again; a try that fails otherwise is never
+    retried.
     """
     for attempt in range(1, tries + 1):
         with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:

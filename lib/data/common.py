@@ -89,7 +89,7 @@ def make_loader(dataset, batch_size: int, choice: DeviceChoice, *, train: bool, 
         )
     sampler = EpochSampler(len(dataset), seed, shuffle=train, rank=rank, world_size=world_size)
     workers = choice.num_workers
-    context = worker_start(choice.type, workers, dataset)
+    context = worker_context(choice.worker_start, workers, dataset)
     return DataLoader(
         SeededDataset(dataset, seed),
         batch_size=batch_size,
@@ -111,23 +111,24 @@ def make_loader(dataset, batch_size: int, choice: DeviceChoice, *, train: bool, 
 WORKER_PRELOAD = ["torch", "lib.data.common"]
 
 
-def worker_start(device_type: str, workers: int, dataset=None):
-    """How DataLoader workers start on `device_type`: None (the platform's default, fork on
-    Linux) except on XLA, where it is a forkserver.
+def worker_context(method: str | None, workers: int, dataset=None):
+    """The multiprocessing context DataLoader workers start from: None (the OS's default, fork
+    on Linux) unless `method` (`DeviceChoice.worker_start`) names one.
 
-    torch_xla runs threads of its own in the training process. A worker forked while one of
-    them holds a lock of the C library (glibc's atexit lock, taken by a module import) starts
-    with that lock held forever: it hangs before its first batch, the training waits for that
-    batch, and the worker outlives the kernel (seen in this project's XLA lane; the same
-    deadlock with pin-memory threads is pytorch/pytorch#130610). A forkserver is a fresh
-    process without those threads; each worker forks from it. The datasets must pickle
-    (`lib.data.packed.PackReader` reopens its memory maps in the worker), and a script run as
-    `python x.py` needs its `if __name__ == "__main__":` guard (a notebook's kernel does not).
+    XLA's is a forkserver. torch_xla runs threads of its own in the training process; a worker
+    forked while one of them holds a lock of the C library (glibc's atexit lock, taken by a
+    module import) starts with that lock held forever: it hangs before its first batch, the
+    training waits for that batch, and the worker outlives the kernel (seen in this project's
+    XLA lane; the same deadlock with pin-memory threads is pytorch/pytorch#130610). A
+    forkserver is a fresh process without those threads; each worker forks from it. The
+    datasets must pickle (`lib.data.packed.PackReader` reopens its memory maps in the worker),
+    and a script run as `python x.py` needs its `if __name__ == "__main__":` guard (a
+    notebook's kernel does not).
     """
-    if not workers or device_type != "xla":
+    if not workers or method is None:
         return None
-    context = multiprocessing.get_context("forkserver")
-    # no effect once the server runs: one process trains one workload
-    context.set_forkserver_preload(WORKER_PRELOAD + ([type(dataset).__module__] if dataset
-                                                     is not None else []))
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":  # no effect once the server runs: a process trains one workload
+        context.set_forkserver_preload(
+            WORKER_PRELOAD + ([type(dataset).__module__] if dataset is not None else []))
     return context

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from lib.data import packed, space
-from lib.data.common import worker_start
+from lib.data.common import worker_context
 
 
 class FromPack:
@@ -91,13 +91,13 @@ def cache_bytes_estimate(cached, probe: int = 8) -> int:
 
 
 def warm_cache(*datasets, workers: int = 0, progress: bool = True, kept: Path | None = None,
-               log=print, device_type: str = "cpu") -> int:
+               log=print, start: str | None = None) -> int:
     """Frame every recording not yet packed, in order, into its shards; return how many were
     framed. `kept`: where prepared data is kept between sessions (`Storage.prepared`, Drive
     on Colab): a pack kept there is copied in first instead of framing, and a pack framed
     here is copied there for the next session (`lib.data.packed.restore` / `keep`).
-    `workers` frame in DataLoader workers, started as `lib.data.common.worker_start` says for
-    `device_type`.
+    `workers` frame in DataLoader workers that start by `start` (`DeviceChoice.worker_start`,
+    `lib.data.common.worker_context`).
 
     Run it in the notebook process before training: training processes then only read, so
     DDP/XLA ranks never write a shard at once. A kill mid-build keeps every complete shard
@@ -125,8 +125,8 @@ def warm_cache(*datasets, workers: int = 0, progress: bool = True, kept: Path | 
         # Its own generator: iterating must not draw from the global RNG (model init follows).
         loader = DataLoader(_Framer(cached.dataset, missing), batch_size=None,
                             num_workers=workers, collate_fn=_as_is, generator=torch.Generator(),
-                            multiprocessing_context=worker_start(device_type, workers,
-                                                                         cached.dataset))
+                            multiprocessing_context=worker_context(start, workers,
+                                                                   cached.dataset))
         bar = (progress_bar.bar(len(loader), f"framing {folder.name}", "rec")
                if progress and missing else progress_bar.NoBar())
         for data, target in loader:

@@ -65,7 +65,7 @@ def _checked(name: str, sample: bool) -> type:
 
 
 # Built once, here, and found by name: a DataLoader worker that starts from a forkserver (on
-# XLA, lib.data.common.worker_start) unpickles its dataset, and a class made in a call is not
+# XLA, lib.data.common.worker_context) unpickles its dataset, and a class made in a call is not
 # there to find.
 SAMPLE_CLASSES = SimpleNamespace(**{name: _checked(name, True) for name in TONIC_CLASSES})
 FOLDER_CLASSES = SimpleNamespace(**{name: _checked(name, False) for name in TONIC_CLASSES})

@@ -157,6 +157,8 @@ class DeviceChoice:
     pin_memory: bool
     num_workers: int
     notes: tuple[str, ...] = field(default_factory=tuple)  # more lines for the device line
+    # How DataLoader workers start (`lib.data.common.worker_context`); None: the OS's default
+    worker_start: str | None = None
     where: str = ""  # what really runs it, e.g. "Tesla T4 (sm_75)", "the CPU"
     tf32: bool = False  # TF32 matmuls and convolutions (CUDA on Ampere and newer)
     compile_ok: bool = False  # torch.compile can run here (`compile_support`)
@@ -380,6 +382,8 @@ def choose_device(
         pin_memory=kind == "cuda",  # pinning warns on MPS and does nothing for XLA/CPU
         num_workers=workers,
         notes=_device_notes(kind, p, platform) + ((shm_note,) if shm_note else ()),
+        # torch_xla's threads may hold a C-library lock when a worker forks: that worker hangs
+        worker_start="forkserver" if kind == "xla" and workers else None,
         where=_where(kind, p),
         tf32=tf32,
         compile_ok=compiles,

@@ -263,12 +263,12 @@ def cache_dir(s: Session) -> Path:
 def datasets(s: Session, warm: bool = False):
     """(train_set, test_set, info) of (frames (T, 2, H, W), label); `warm` frames every
     recording into the disk cache now. On XLA, T must be fixed (it raises otherwise)."""
-    cfg, kind, kept = s.cfg, s.choice.type, s.storage.prepared
+    cfg, choice, kept = s.cfg, s.choice, s.storage.prepared
     train, test, info = event_datasets(
         cfg.dataset, s.data_dir, sample=cfg.sample_data, cache_dir=cache_dir(s), seed=SPLIT_SEED,
-        static_shapes=kind == "xla", kept=kept, **cfg.framing())
-    info["framed_now"] = warm_cache(train, test, workers=s.choice.num_workers, kept=kept,
-                                    device_type=kind) if warm else 0
+        static_shapes=choice.type == "xla", kept=kept, **cfg.framing())
+    info["framed_now"] = warm_cache(train, test, workers=choice.num_workers, kept=kept,
+                                    start=choice.worker_start) if warm else 0
     return train, test, info
 
 
