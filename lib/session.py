@@ -85,6 +85,16 @@ class Session:
                 "world_size": self.dist.world_size, "devices": self.devices,
                 "global_batch": self.global_batch, **self.plan.fields()}
 
+    def timed(self, model_config: dict) -> dict:
+        """What sets the cost of this session's steps, for its row of sessions.jsonl: a speed
+        is a measurement of this (lib/cli/plan/speeds.py). The device (accelerator, count,
+        precision) is in the row beside it."""
+        cfg = self.cfg
+        return {"workload": cfg.WORKLOAD, "model": model_config,
+                "dataset": getattr(cfg, "dataset", None), "smoke": bool(cfg.smoke),
+                "sample_data": bool(cfg.sample_data), "global_batch": self.global_batch,
+                "frames": cfg.frames() if hasattr(cfg, "frames") else None}
+
     def deviations(self) -> list[str]:
         """The config's deviations from a paper's setup, and the batch's: a global batch other
         than the paper's, and BatchNorm over fewer samples than it (micro-batches, devices)
@@ -99,7 +109,7 @@ class Session:
         return RunFolder(self.out_dir, self.cfg.WORKLOAD, model_config,
                    clock=self.clock, storage=self.storage, main=self.dist.main,
                    session=dict(self.resolved(), epochs=self.cfg.epochs,
-                                platform=self.cfg.platform),
+                                platform=self.cfg.platform, timed=self.timed(model_config)),
                    note=self.cfg.note(), trackers=self.cfg.trackers)
 
     # What every workload's `loaders` / `train` / `load_best` share ----------------------

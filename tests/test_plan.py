@@ -235,7 +235,9 @@ def cli(*args) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def two_platform_run(tmp_path_factory):
     """A real run (the toy task of tests/test_train.py, 10 EPOCHS): 2 epochs in a session on
-    colab_t4, then 2 on kaggle_t4x2, as RunFolder records them: 6 epochs left."""
+    colab_t4, then 2 on kaggle_t4x2, as RunFolder records them: 6 epochs left. Trained on this
+    CPU, each row then says the device its platform has (one Tesla T4; two), as a session
+    there records it: a speed counts only for the device that ran (tests below)."""
     from lib.runs.folder import RunFolder
     from lib.runs.identity import record
     from lib.training.loop import fit
@@ -250,6 +252,10 @@ def two_platform_run(tmp_path_factory):
                                  "epochs": 10})
         fit(make_task(), *loaders(), CPU, run, upto)
         run.close()
+    rows = [json.loads(line) for line in (out / "sessions.jsonl").read_text().splitlines()]
+    for row, devices in zip(rows, (1, 2), strict=True):
+        row.update(device="cuda", accelerator="Tesla T4", devices=devices)
+    (out / "sessions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return out
 
 
@@ -268,7 +274,10 @@ def test_a_plan_from_a_real_runs_sessions_names_both_platforms_at_their_speeds(
         assert speed["kind"] == "measured" and "1 session(s), 2 epoch(s)" in speed["source"]
         assert speed["seconds_per_epoch"] == pytest.approx(rows[platform])
     assert plan["speeds"]["local"]["kind"] == "unmeasured"
-    assert plan["speeds"]["local"]["source"].startswith("train-anywhere run toy")
+    assert plan["speeds"]["local"]["source"].startswith("train-anywhere measure toy")
+    # The T4 measured as colab_t4 is a T4's speed wherever a T4 is (Studio Lab's, Lightning's).
+    assert plan["speeds"]["studiolab_t4"]["seconds_per_epoch"] == pytest.approx(
+        rows["colab_t4"])
     assert sum(s["epochs"] for s in plan["sessions"]) == 6
     assert plan["search"] in ("list", "milp") and plan["bound_hours"] <= plan["finish_hours"]
     for s in plan["sessions"]:  # each session as long as its epochs at the measured speed
@@ -285,7 +294,8 @@ def test_a_plan_from_a_real_runs_sessions_names_both_platforms_at_their_speeds(
 @pytest.mark.parametrize("args, said", [
     (["--quota", "kagle_t4x2=18h"], "unknown platform 'kagle_t4x2' (did you mean kaggle_t4x2?)"),
     (["--quota", "kaggle_t4x2=lots"], "'lots' is not a number of hours"),
-    (["--quota", "colab_t4=0h/day", "--quota", "kaggle_t4x2=0h", "--horizon", "2d"],
+    (["--quota", "colab_t4=0h/day", "--quota", "kaggle_t4x2=0h", "--horizon", "2d",
+      "--platforms", "colab_t4,kaggle_t4x2"],
      "cannot finish within --horizon 2d: .'s 6 epochs do not fit"),
     (["--horizon", "soon"], "--horizon 'soon' is not a duration"),
 ])
@@ -489,19 +499,26 @@ def test_kaggle_hours_left_read_through_the_real_client_from_the_stand_in(
     assert limits["reset"] == "2026-12-05T00:00:00+00:00" and "kaggle quota" in limits["source"]
 
 
-def test_a_speed_measured_on_other_settings_is_scaled_by_the_samples_of_an_epoch(
-        two_platform_run):
-    from lib.cli.plan.speeds import measured
+def test_only_the_sample_of_the_same_model_and_input_is_scaled(two_platform_run):
+    """The full run's samples/s scale to the sample's epoch (the same model and input); another
+    dataset (another input), another model size, SMOKE or another workload count not at all."""
+    from lib.cli.plan.speeds import Target, measured
     from lib.runs.identity import read_sessions
 
     rows = {r["platform"]: r for r in read_sessions(two_platform_run)}
-    other = {"dataset": "bigger", "smoke": None, "sample_data": None}
-    found = measured(two_platform_run.parent, "toy", other, 19200)
+    table = {n: quotas.load()["platforms"][n] for n in ("colab_t4", "kaggle_t4x2")}
+    sample = {"workload": "toy", "hidden": 16, "sample_data": True}
+    found, _ = measured(two_platform_run.parent, Target("toy", sample, 19200), table)
     for platform, row in rows.items():
         assert found[platform].seconds == pytest.approx(19200 / row["samples_per_s"])
         assert "scaled by training samples per epoch" in found[platform].source
-    assert measured(two_platform_run.parent, "toy", other, None) == {}  # no size: no guess
-    assert measured(two_platform_run.parent, "mshnet", other, 19200) == {}  # another workload
+    for params, samples in [(sample, None),  # no size: no guess
+                            ({**sample, "dataset": "bigger"}, 19200),
+                            ({**sample, "hidden": 32}, 19200),
+                            ({**sample, "smoke": True}, 19200),
+                            ({**sample, "workload": "mshnet"}, 19200)]:
+        target = Target(params["workload"], params, samples)
+        assert measured(two_platform_run.parent, target, table) == ({}, []), params
 
 
 def test_sweep_plan_mistakes_are_one_line(two_platform_run, tmp_path):

@@ -78,14 +78,11 @@ def make(args) -> dict:
                                          for n in names):
         notes = quotas.kaggle_left(data, start)
     under = Path(args.measured).expanduser() if args.measured else (found.folder or Path("runs"))
-    speed = speeds.speeds(found.workload, found.settings, {n: data["platforms"][n]
-                                                           for n in names}, under,
-                          found.samples)
+    speed, elsewhere = speeds.speeds(found.target(), {n: data["platforms"][n] for n in names},
+                                     under)
     usable = [n for n in names if speed[n].seconds]
     if not usable:
-        first = speed["local"] if "local" in speed else speed[names[0]]
-        raise UsageError(f"no platform of {', '.join(names)} has a speed for {found.workload}"
-                         f"; measure one first: {first.source}")
+        raise Unmeasured(found, speed, elsewhere)
     platforms, pools = quotas.build(data, usable, start)
     runs = [solve.Run(name, epochs, {n: speed[n].seconds for n in usable})
             for name, epochs in sorted(found.runs.items()) if epochs]
@@ -96,7 +93,20 @@ def make(args) -> dict:
                          f"{', '.join(usable)} with their quotas; give a longer --horizon, more "
                          "hours (--quota NAME=HOURS) or another platform (--quotas FILE).")\
             from None
-    return to_json(chosen, found, data, speed, pools, start, horizon, notes)
+    return to_json(chosen, found, data, speed, pools, start, horizon, notes, elsewhere)
+
+
+class Unmeasured(UsageError):
+    """No planned platform has a speed: what is known of each (`lines`, printed before the
+    one-line error) and the one command that measures the rest (the error)."""
+
+    def __init__(self, found, speed: dict, elsewhere: list[dict]):
+        self.lines = [f"no speed yet for {found.origin} on any of {', '.join(sorted(speed))}:",
+                      *speed_lines({n: vars(s) | {"seconds_per_epoch": s.seconds}
+                                    for n, s in speed.items()}, elsewhere)]
+        first = speed["local"] if "local" in speed else next(iter(speed.values()))
+        super().__init__(f"no platform has a speed for {found.origin}; measure it here first "
+                         f"(a few real-size steps, minutes): {first.source}")
 
 
 def _sessions(plan, found, data, start: datetime) -> list[dict]:
@@ -118,7 +128,8 @@ def _summary(plan, start: datetime) -> dict:
             "bound_hours": None if plan.bound is None else round(plan.bound, 4)}
 
 
-def to_json(chosen, found, data, speed, pools, start, horizon, notes) -> dict:
+def to_json(chosen, found, data, speed, pools, start, horizon, notes,
+            elsewhere=()) -> dict:
     from lib.cli.plan import quotas
 
     plan = chosen["plan"]
@@ -141,6 +152,7 @@ def to_json(chosen, found, data, speed, pools, start, horizon, notes) -> dict:
            "resets": resets,
            "speeds": {n: {"seconds_per_epoch": s.seconds, "kind": s.kind, "source": s.source}
                       for n, s in speed.items()},
+           "measured_elsewhere": list(elsewhere),
            "limits": {n: quotas.described(data, n) for n in plan.used},
            "alternatives": {}, "notes": notes}
     for kind in ("faster", "cheaper"):
@@ -153,6 +165,20 @@ def to_json(chosen, found, data, speed, pools, start, horizon, notes) -> dict:
 
 def when(iso: str) -> str:
     return datetime.fromisoformat(iso).strftime("%a %d %b %H:%M")
+
+
+def speed_lines(found: dict, elsewhere: list[dict]) -> list[str]:
+    """Each platform's seconds per epoch and where the figure came from (or the command that
+    measures it), then each device measured that is none of the platforms'."""
+    lines = ["speeds (seconds per epoch):"]
+    for name, s in sorted(found.items()):
+        shown = f"{s['seconds_per_epoch']:.1f} s" if s["seconds_per_epoch"] else "unmeasured"
+        said = s["source"] if s["kind"] != "unmeasured" else f"measure it: {s['source']}"
+        lines.append(f"  {name}: {shown} ({said})")
+    for e in elsewhere:
+        lines.append(f"  not counted for any platform planned: {e['device']}: "
+                     f"{e['seconds_per_epoch']:.1f} s ({e['source']})")
+    return lines
 
 
 def table(plan: dict) -> str:
@@ -170,11 +196,7 @@ def table(plan: dict) -> str:
     if plan.get("bound_hours") is not None:
         lines.append(f"planned by: {plan['search']} (the MILP proves it finishes within "
                      f"{plan['finish_hours'] - plan['bound_hours']:.2f} h of the best possible)")
-    lines.append("speeds (seconds per epoch):")
-    for name, s in sorted(plan["speeds"].items()):
-        shown = f"{s['seconds_per_epoch']:.1f} s" if s["seconds_per_epoch"] else "unmeasured"
-        said = s["source"] if s["kind"] != "unmeasured" else f"measure it: {s['source']}"
-        lines.append(f"  {name}: {shown} ({said})")
+    lines += speed_lines(plan["speeds"], plan.get("measured_elsewhere", []))
     lines.append("limits:")
     for name, q in sorted(plan["limits"].items()):
         quota = (f"{q['hours']:g} h a {q['period']}" if q["hours"] is not None else "no quota")
@@ -203,7 +225,11 @@ def write(plan: dict, folder: Path) -> tuple[Path, Path]:
 
 
 def cmd_plan(args) -> int:
-    plan = make(args)
+    try:
+        plan = make(args)
+    except Unmeasured as exc:
+        print("\n".join(exc.lines))
+        raise
     target = Path(args.target).expanduser()
     folder = Path(args.out).expanduser() if args.out else (
         target if target.is_dir() and args.target not in workloads() else

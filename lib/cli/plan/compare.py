@@ -57,8 +57,7 @@ def replan(out: Path, plan: dict) -> list[str]:
     data = quotas.load()
     names = sorted(set(plan.get("speeds", {})) & set(data["platforms"])) or sorted(
         data["platforms"])
-    found = speeds.speeds(left.workload or plan.get("workload"), left.settings,
-                          {n: data["platforms"][n] for n in names}, out, left.samples)
+    found, _ = speeds.speeds(left.target(), {n: data["platforms"][n] for n in names}, out)
     for name, old in plan.get("speeds", {}).items():  # what the plan knew, unless measured now
         if name in found and found[name].kind != "measured" and old.get("seconds_per_epoch"):
             found[name] = speeds.Speed(name, old["seconds_per_epoch"], old["kind"],

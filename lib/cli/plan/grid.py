@@ -50,6 +50,7 @@ def from_workload(workload: str, pairs, grid_items) -> Work:
     said += "".join(f" --grid {g}" for g in grid_items or [])
     return Work(workload, settings, runs, full_samples(workload, settings),
                 f"{workload} {said.strip()}".strip(), cells,
-                request={"params": [list(p) for p in pairs or []], "grid": grid_items or []})
+                request={"params": [list(p) for p in pairs or []], "grid": grid_items or []},
+                params={**{k.lower(): v for k, v in base.items()}, "workload": workload})
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lib.cli.params import UsageError
-from lib.cli.plan.speeds import full_samples, run_samples, settings_of
+from lib.cli.plan.speeds import Target, full_samples, params_of, run_samples, settings_of
 from lib.cli.speed import timed_sessions
 from lib.runs.records import read_jsonl
 
@@ -27,6 +27,14 @@ class Work:
     cells: dict = field(default_factory=dict)  # run name -> the sweep cell it belongs to
     folder: Path | None = None  # the run folder planned, where plan.json goes
     request: dict | None = None  # a workload's -p pairs and --grid items, for `sweep --plan`
+    params: dict = field(default_factory=dict)  # the experiment's parameters (lower-case)
+    model: dict | None = None  # the model config its sessions recorded (None: not recorded)
+
+    def target(self) -> Target:
+        """What a speed must have timed to count for this work (lib.cli.plan.speeds)."""
+        return Target(self.workload, {**self.params, **{k: v for k, v in self.settings.items()
+                                                         if v is not None}},
+                      self.samples, self.model)
 
 
 def from_folder(folder: Path) -> Work:
@@ -46,8 +54,11 @@ def from_folder(folder: Path) -> Work:
         target = rows[-1].get("epochs") or 0
         name = "." if run_dir == folder else str(run_dir.relative_to(folder))
         runs[name] = max(0, target - len(read_jsonl(run_dir / "metrics.jsonl")))
+    rows = found[0][1]
+    model = next(((r.get("timed") or {}).get("model") for r in reversed(rows)
+                  if (r.get("timed") or {}).get("model") is not None), None)
     return Work(workload, settings, runs, run_samples(found[0][0]), str(folder),
-                folder=folder)
+                folder=folder, params=params_of(found[0][0])[1], model=model)
 
 
 def _from_sweep(folder: Path) -> Work:
@@ -64,9 +75,10 @@ def _from_sweep(folder: Path) -> Work:
         runs[cell["name"]] = max(0, epochs - done)
         cells[cell["name"]] = cell["name"]
     samples = next((run_samples(p.parent) for p in sorted(folder.rglob("metrics.jsonl"))), None)
+    params = {k.lower(): v for k, v in spec.get("params", {}).items()}
     return Work(spec["workload"], settings, runs,
                 samples or full_samples(spec["workload"], settings), str(folder), cells,
-                folder=folder)
+                folder=folder, params={**params, "workload": spec["workload"]})
 
 
 def nothing_left(work: Work) -> None:
