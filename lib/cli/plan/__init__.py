@@ -41,7 +41,8 @@ def parse_start(text: str | None) -> datetime:
     except ValueError:
         raise UsageError(f"--start {text!r} is not a date and time; expected ISO 8601, e.g. "
                          "2026-12-01T09:00.") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+    # A time with an offset is that instant, planned and shown in UTC; one without is UTC.
+    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def gather(args):

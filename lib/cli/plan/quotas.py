@@ -6,6 +6,7 @@ planner's `Pool`s and `Platform`s for a plan starting at a given time.
 
 from __future__ import annotations
 
+import calendar
 import copy
 import re
 import tomllib
@@ -13,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from lib.cli.params import UsageError, closest
-from lib.cli.plan.solve import Platform, Pool
+from lib.cli.plan.solve import PERIOD_HOURS, Platform, Pool
 from lib.runtime.clock import Clock
 
 DATA = Path(__file__).with_name("quotas.toml")
@@ -93,20 +94,39 @@ def override(data: dict, items: list[str] | None) -> dict:
 
 
 def next_reset(spec: str | None, period: str, now: datetime) -> datetime:
-    """The first reset after `now` of a period starting at `spec` (module data: UTC)."""
-    spec = (spec or "").strip().lower()
-    hh, _, mm = (spec.split()[-1] if spec else "00:00").partition(":")
-    at = now.replace(hour=int(hh), minute=int(mm or 0), second=0, microsecond=0)
+    """The first reset after `now` (aware; computed in UTC) of a period starting at `spec`,
+    UTC: "sat 00:00" (week), "00:00" (day), "1 00:00" (month; a day past a month's end is
+    its last day: "31 00:00" is 30 November's midnight). A spec that does not fit its period
+    is one line (UsageError)."""
+    now = now.astimezone(UTC)
+    words = (spec or "").strip().lower().split()
+    clock = words[-1] if words else "00:00"
+    day = words[0] if len(words) == 2 else None
+    m = re.fullmatch(r"(\d{1,2}):(\d{2})", clock)
+    if not m or int(m[1]) > 23 or int(m[2]) > 59 or len(words) > 2 or (
+            period == "day" and day) or (period == "week" and day and day[:3] not in WEEKDAYS)\
+            or (period == "month" and day and not (day.isdigit() and 1 <= int(day) <= 31)):
+        expected = {"day": '"HH:MM"', "week": '"sat 00:00" (a weekday, HH:MM)',
+                    "month": '"1 00:00" (a day of the month 1-31, HH:MM)'}[period]
+        raise UsageError(f"reset {spec!r} does not fit a {period}ly quota; expected "
+                         f"{expected}, UTC.")
+    at = now.replace(hour=int(m[1]), minute=int(m[2]), second=0, microsecond=0)
     if period == "day":
         return at if at > now else at + timedelta(days=1)
     if period == "week":
-        day = WEEKDAYS.index(spec.split()[0][:3]) if spec and spec.split()[0][:3] in WEEKDAYS \
-            else 5
-        at += timedelta(days=(day - now.weekday()) % 7)
+        weekday = WEEKDAYS.index(day[:3]) if day else 5
+        at += timedelta(days=(weekday - now.weekday()) % 7)
         return at if at > now else at + timedelta(days=7)
-    day = int(spec.split()[0]) if spec and spec.split()[0].isdigit() else 1
-    at = at.replace(day=day)
-    return at if at > now else (at + timedelta(days=32)).replace(day=day)
+    wanted = int(day) if day else 1
+
+    def in_month(year: int, month: int) -> datetime:
+        return at.replace(year=year, month=month,
+                          day=min(wanted, calendar.monthrange(year, month)[1]))
+
+    here = in_month(now.year, now.month)
+    if here > now:
+        return here
+    return in_month(now.year + now.month // 12, now.month % 12 + 1)
 
 
 def kaggle_left(data: dict, now: datetime, ask=None) -> list[str]:
@@ -138,7 +158,8 @@ def kaggle_left(data: dict, now: datetime, ask=None) -> list[str]:
         pool.update(hours=total, left=max(0.0, total - used), source="the kaggle client's "
                     "quota (kaggle quota)", date=now.strftime("%Y-%m-%d %H:%M UTC"))
         refresh = getattr(response, "quota_refresh_time", None)
-        if refresh is not None:
+        if refresh is not None:  # kagglesdk gives it without a zone: it is UTC (not local)
+            refresh = refresh if refresh.tzinfo else refresh.replace(tzinfo=UTC)
             pool["reset_at"] = refresh.astimezone(UTC).isoformat()
         pool.pop("assumption", None)
         notes.append(f"Kaggle {label}: {pool['left']:.1f} of {total:g} h left this week "
@@ -156,13 +177,19 @@ def build(data: dict, names: list[str], now: datetime) -> tuple[list[Platform], 
         platforms.append(Platform(name, table["pool"], limit, margin, bool(table.get("paid"))))
         spec = data["pools"][table["pool"]]
         period = spec.get("period") if spec.get("hours") is not None else None
-        first = 0.0
+        first, left = 0.0, spec.get("left")
         if period:
             reset = (datetime.fromisoformat(spec["reset_at"]) if spec.get("reset_at")
                      else next_reset(spec.get("reset"), period, now))
-            first = max(0.0, (reset - now).total_seconds() / 3600)
+            if reset <= now:  # the client's refresh is before the plan starts: a new
+                left = None   # period began since, with all its hours; the next reset
+                while reset <= now:  # is a whole period after it (what the plan says too)
+                    reset += timedelta(hours=PERIOD_HOURS[period])
+                spec.pop("left", None)
+                spec["reset_at"] = reset.isoformat()
+            first = (reset - now).total_seconds() / 3600
         pools[table["pool"]] = Pool(table["pool"], spec.get("hours"), period, first,
-                                    spec.get("left"), int(spec.get("concurrent", 1)))
+                                    left, int(spec.get("concurrent", 1)))
     return platforms, pools
 
 
