@@ -110,3 +110,58 @@ def test_a_smoke_run_is_never_the_real_models_speed(smoke_run, tmp_path):
            "fashion_mnist" in err
     assert "  local: unmeasured (measure it: train-anywhere measure fashion_mnist" in out
     assert "this CPU" not in out  # the SMOKE model's sessions are no speed of this one
+
+
+def test_a_fresh_clone_names_each_figure_or_the_command_that_measures_it(tmp_path):
+    """No sessions anywhere: every platform says it is unmeasured and how to measure it;
+    the error is the one command that measures the real model here."""
+    rc, out, err = cli("mamba_spike", "-p", "EPOCHS", "20", "--measured", str(tmp_path),
+                       "--no-kaggle-client", "--out", str(tmp_path / "p"))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.strip().endswith("train-anywhere measure mamba_spike --out runs/speed-local")
+    assert "  local: unmeasured (measure it: train-anywhere measure mamba_spike" in out
+    assert "  kaggle_t4x2: unmeasured (measure it: train-anywhere sweep mamba_spike --on " \
+           "kaggle --platform kaggle_t4x2 --grid SEED=0 -p EPOCHS 1" in out
+    # The project's H100 figure says what it measured and that it predates the fused front-end.
+    mine = tmp_path / "h100.toml"
+    mine.write_text('[platforms.lab]\naccelerator = "H100"\n')
+    rc, out, err = cli("mamba_spike", "-p", "EPOCHS", "2", "--quotas", str(mine), "--platforms",
+                       "lab", "--measured", str(tmp_path), "--no-kaggle-client", "--json",
+                       "--out", str(tmp_path / "p"))
+    assert rc == 0, err
+    source = json.loads(out)["speeds"]["lab"]["source"]
+    assert "measured before the fused front-end of issue 50" in source
+    assert "the real Mamba-Spike on N-MNIST-size input, T = 300, batch 16" in source
+    rc, _, err = cli("mamba_spike", "-p", "EPOCHS", "2", "-p", "DATASET", "dvsgesture",
+                     "--quotas", str(mine), "--platforms", "lab", "--measured", str(tmp_path),
+                     "--no-kaggle-client", "--out", str(tmp_path / "p"))
+    assert rc == 2 and "no platform has a speed" in err  # N-MNIST's figure: not DVS Gesture's
+
+
+def test_measure_times_real_steps_here_and_plan_then_plans(smoke_run, tmp_path):
+    """`measure` on the sample (the real model: SMOKE refused), then `plan` reads it: as it is
+    for the sample, scaled by samples per epoch for the full dataset."""
+    out, err = io.StringIO(), io.StringIO()
+    data = smoke_run.parent / "data"
+    args = ["measure", "fashion_mnist", "-p", "SAMPLE_DATA", "True", "-p", "DATA_DIR",
+            str(data), "--steps", "2", "--warmup", "1", "--out", str(tmp_path / "speed-local")]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(args) == 0, err.getvalue()
+        assert main([*args[:2], "-p", "SMOKE", "True"]) == 2
+    assert "measure times the real model: SMOKE trains a smaller one" in err.getvalue()
+    said = out.getvalue()
+    assert "over 2 steps after 1 warm-up steps" in said and "on the sample" in said
+    (row,) = rows_of(tmp_path / "speed-local")
+    assert (row["measured_steps"], row["warmup_steps"], row["epochs_trained"]) == (2, 1, 0)
+    assert row["timed"]["smoke"] is False and row["timed"]["sample_data"] is True
+    assert row["seconds_per_epoch"] == pytest.approx(row["epoch_samples"] / row["samples_per_s"],
+                                                     rel=1e-3)
+    for params, seconds in ([["-p", "SAMPLE_DATA", "True"], row["seconds_per_epoch"]],
+                            [[], 60000 / row["samples_per_s"]]):
+        rc, text, err = cli("fashion_mnist", *params, "-p", "EPOCHS", "3", "--measured",
+                            str(tmp_path), "--platforms", "local", "--no-kaggle-client",
+                            "--json", "--out", str(tmp_path / "p"))
+        assert rc == 0, err
+        local = json.loads(text)["speeds"]["local"]
+        assert local["seconds_per_epoch"] == pytest.approx(seconds, rel=1e-3)
+        assert "2 real-size step(s) after warm-up (train-anywhere measure)" in local["source"]

@@ -297,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lib.cli.plan.follow import follow
 
     add_plan_parser(sub, param_help)
+    from lib.cli.measure import add_measure_parser  # issue 59: the real model's speed here
+
+    add_measure_parser(sub, param_help)
     sub.choices["sweep"].set_defaults(follow_plan=follow)  # sweep --plan PLAN.json
 
     p = sub.add_parser(

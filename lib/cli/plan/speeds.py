@@ -171,8 +171,7 @@ def measured(under: Path, target: Target, platforms: dict) -> tuple[dict, list[d
     for folder, found in timed_sessions(Path(under)):
         _, params = params_of(folder)
         for row in found:
-            epochs = row.get("epochs_trained") or 0
-            how = comparable(target, params, row) if epochs else None
+            how = comparable(target, params, row) if weight(row) else None
             if how == "same" and row.get("seconds_per_epoch") is not None:
                 rows.append((row, row["seconds_per_epoch"], False))
             elif how == "scaled" and target.samples and row.get("samples_per_s"):
@@ -194,14 +193,26 @@ def measured(under: Path, target: Target, platforms: dict) -> tuple[dict, list[d
                  for d, s in ((d, _speed(d, rs, under)) for d, rs in sorted(elsewhere.items()))]
 
 
+def weight(row: dict) -> int:
+    """What a session's speed weighs: the epochs it trained; a measurement (`train-anywhere
+    measure`: steps, no epoch) one; 0 for a session that timed nothing."""
+    return row.get("epochs_trained") or (1 if row.get("measured_steps") else 0)
+
+
 def _speed(name: str, rows: list, under: Path) -> Speed:
-    epochs = sum(r["epochs_trained"] for r, _, _ in rows)
-    seconds = sum(s * r["epochs_trained"] for r, s, _ in rows) / epochs
+    epochs = sum(r.get("epochs_trained") or 0 for r, _, _ in rows)
+    steps = sum(r.get("measured_steps") or 0 for r, _, _ in rows)
+    seconds = sum(s * weight(r) for r, s, _ in rows) / sum(weight(r) for r, _, _ in rows)
     devices = sorted({device_label(r) for r, _, _ in rows})
     named = sorted({r.get("platform", "?") for r, _, _ in rows})
     scaled = any(x for _, _, x in rows)
     return Speed(name, seconds, "measured",
-                 f"measured: {len(rows)} session(s), {epochs} epoch(s) on {', '.join(devices)} "
+                 f"measured: {len(rows)} session(s), "
+                 + (f"{epochs} epoch(s)" if epochs else "")
+                 + (" and " if epochs and steps else "")
+                 + (f"{steps} real-size step(s) after warm-up (train-anywhere measure)"
+                    if steps else "")
+                 + f" on {', '.join(devices)} "
                  f"(run as {', '.join(named)}) under {under}"
                  + (" (from the sample: the same model and input, scaled by training samples "
                     "per epoch)" if scaled else ""))
