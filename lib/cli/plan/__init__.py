@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from lib.base import atomic
-from lib.cli.params import UsageError, workloads
+from lib.cli.params import UsageError, collect_overrides, workloads
 
 HORIZON = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>h|d|w)$")
 UNIT_HOURS = {"h": 1.0, "d": 24.0, "w": 168.0}
@@ -54,10 +54,13 @@ def gather(args):
     if args.target in workloads():
         found = grid.from_workload(args.target, args.param, args.grid)
     elif target.is_dir():
-        if args.param or args.grid:
-            raise UsageError(f"-p and --grid describe a workload, not the run folder {target}; "
-                             "a run folder's settings are its own.")
-        found = work.from_folder(target.resolve())
+        asked = dict(collect_overrides(args.param))
+        if args.grid or set(asked) - {"EPOCHS"}:
+            raise UsageError(f"--grid and -p other than EPOCHS describe a workload, not the run "
+                             f"folder {target}: its settings are its own; -p EPOCHS N plans it "
+                             "to N epochs.")
+        found = work.from_folder(target.resolve(), grid.epochs_of(asked["EPOCHS"])
+                                 if "EPOCHS" in asked else None)
     else:
         raise UsageError(f"{args.target!r} is neither a workload ({', '.join(workloads())}) "
                          "nor a run folder; pass one of them.")
@@ -164,6 +167,12 @@ def to_json(chosen, found, data, speed, pools, start, horizon, notes,
     return out
 
 
+def hours(h: float) -> str:
+    """Hours as the table shows them: two decimals, or three figures below 0.1 h (a short
+    plan's session is never "0.00")."""
+    return f"{h:.2f}" if h >= 0.1 or h == 0 else f"{h:.3g}"
+
+
 def when(iso: str) -> str:
     return datetime.fromisoformat(iso).strftime("%a %d %b %H:%M")
 
@@ -191,9 +200,9 @@ def table(plan: dict) -> str:
     for i, s in enumerate(plan["sessions"], 1):
         lines.append(f"| {i} | {s['run']} | {s['platform']} | {s['epochs']} | "
                      f"{when(s['start'])} | {when(s['end'])} | "
-                     f"{s['end_hours'] - s['start_hours']:.2f} |")
+                     f"{hours(s['end_hours'] - s['start_hours'])} |")
     lines.append(f"| total | | {', '.join(plan['platforms'])} | {plan['epochs']} | | "
-                 f"finishes {when(plan['finish'])} | {plan['hours']:.2f} |")
+                 f"finishes {when(plan['finish'])} | {hours(plan['hours'])} |")
     if plan.get("bound_hours") is not None:
         lines.append(f"planned by: {plan['search']} (the MILP proves it finishes within "
                      f"{plan['finish_hours'] - plan['bound_hours']:.2f} h of the best possible)")
@@ -207,7 +216,7 @@ def table(plan: dict) -> str:
         lines.append(f"  {name}: {cap}, {quota}{left} ({q['source']}, {q['date']}{assumed})")
     for kind, alt in plan["alternatives"].items():
         lines.append(f"{kind}: on {', '.join(alt['platforms'])}, finishes {when(alt['finish'])}"
-                     f" UTC, {alt['hours']:.2f} h in {alt['sessions']} sessions")
+                     f" UTC, {hours(alt['hours'])} h in {alt['sessions']} sessions")
     lines += plan["notes"]
     return "\n".join(lines)
 

@@ -27,6 +27,14 @@ def _fan_out(values: dict) -> list[tuple[str, dict]]:
             for combo in itertools.product(*axes.values())]
 
 
+def epochs_of(value) -> int:
+    """EPOCHS as a count of epochs: a whole number above 0, else one line (UsageError)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"EPOCHS {value!r} is not a number of epochs; expected a whole number "
+                         "above 0, e.g. -p EPOCHS 10.")
+    return value
+
+
 def from_workload(workload: str, pairs, grid_items) -> Work:
     """The runs `train-anywhere run WORKLOAD -p ...` (or `sweep --grid ...`) would train."""
     known = {p.name: p.default for p in parameters(workload)}
@@ -43,7 +51,7 @@ def from_workload(workload: str, pairs, grid_items) -> Work:
         cell = cell_name(values) if values else ""
         for sub, _ in _fan_out({**base, **values}):
             name = "__".join(n for n in (cell, sub) if n) or workload
-            runs[name] = int(values.get("EPOCHS", base.get("EPOCHS") or 0))
+            runs[name] = epochs_of(values.get("EPOCHS", base.get("EPOCHS")))
             cells[name] = cell
     settings = {k.lower(): base.get(k.upper()) for k in ("dataset", "smoke", "sample_data")}
     said = " ".join(f"-p {k} {v}" for k, v in overrides.items())

@@ -146,7 +146,7 @@ def kaggle_left(data: dict, now: datetime, ask=None) -> list[str]:
     except Exception as exc:  # no client, no credentials, no network: the published figure
         line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return [f"Kaggle's hours left: the published weekly quota (the kaggle client could "
-                f"not tell: {line[:80]})"]
+                f"not tell: {line})"]
     notes = []
     for label, pool_name in pools.items():
         quota, pool = getattr(response, f"{label.lower()}_quota", None), data["pools"].get(

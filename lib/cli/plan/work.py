@@ -37,9 +37,10 @@ class Work:
                       self.samples, self.model)
 
 
-def from_folder(folder: Path) -> Work:
-    """The epochs each run under `folder` has left: EPOCHS of its newest session less the
-    epochs its metrics.jsonl holds; a sweep's folder: each unfinished cell's."""
+def from_folder(folder: Path, epochs: int | None = None) -> Work:
+    """The epochs each run under `folder` has left: EPOCHS of its newest session (or
+    `epochs`, what -p EPOCHS asks of it) less the epochs its metrics.jsonl holds; a sweep's
+    folder: each unfinished cell's."""
     folder = Path(folder)
     if (folder / "sweep.json").exists():
         return _from_sweep(folder)
@@ -51,7 +52,7 @@ def from_folder(folder: Path) -> Work:
     workload, settings = settings_of(found[0][0])
     runs = {}
     for run_dir, rows in found:
-        target = rows[-1].get("epochs") or 0
+        target = epochs or rows[-1].get("epochs") or 0
         name = "." if run_dir == folder else str(run_dir.relative_to(folder))
         runs[name] = max(0, target - len(read_jsonl(run_dir / "metrics.jsonl")))
     rows = found[0][1]
@@ -83,5 +84,7 @@ def _from_sweep(folder: Path) -> Work:
 
 def nothing_left(work: Work) -> None:
     if not any(work.runs.values()):
+        more = (f"train-anywhere plan {work.origin} -p EPOCHS N" if work.folder else
+                "a larger -p EPOCHS N")
         raise UsageError(f"nothing left to train in {work.origin}: every run has trained its "
-                         "EPOCHS; raise EPOCHS (-p EPOCHS N) to plan more.")
+                         f"EPOCHS; to plan more epochs: {more}.")
