@@ -90,6 +90,15 @@ def make(args) -> dict:
     platforms, pools = quotas.build(data, usable, start)
     runs = [solve.Run(name, epochs, {n: speed[n].seconds for n in usable})
             for name, epochs in sorted(found.runs.items()) if epochs]
+    longest = max(platforms, key=lambda p: p.cap)
+    if all(speed[p.name].seconds / 3600 > p.cap for p in platforms):
+        raise UsageError(
+            f"an epoch takes longer than any session on {', '.join(usable)} (the shortest "
+            f"epoch {min(speed[n].seconds for n in usable) / 3600:.2f} h; the longest session "
+            f"{longest.cap:.2f} h, on {longest.name}, less the notebooks' margin): training "
+            "resumes mid-epoch from its checkpoints (CHECKPOINT_MINUTES), but the planner "
+            "plans whole epochs in a session; plan on a platform with longer sessions "
+            "(--quotas FILE).")
     try:
         chosen = solve.choose(runs, platforms, pools, horizon)
     except solve.Infeasible as exc:
@@ -97,6 +106,12 @@ def make(args) -> dict:
                          f"{', '.join(usable)} with their quotas; give a longer --horizon, more "
                          "hours (--quota NAME=HOURS) or another platform (--quotas FILE).")\
             from None
+    notes += quotas.unused_quotas(args.quota, data, usable)
+    paid = [n for n in chosen["plan"].used if data["platforms"][n].get("paid")]
+    if paid and any(not data["platforms"][n].get("paid") for n in usable):
+        notes.append(f"NOTE: the free platforms cannot finish within --horizon {args.horizon}: "
+                     f"this plan uses {', '.join(paid)}, which bill by the hour (elsewhere "
+                     "paid platforms are only the faster alternative).")
     return to_json(chosen, found, data, speed, pools, start, horizon, notes, elsewhere)
 
 

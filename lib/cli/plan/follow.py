@@ -1,12 +1,14 @@
 """`train-anywhere sweep --plan PLAN.json`: a plan's grid cells run on the backends it names.
 
 A cell runs whole on one backend, the one of the platform where the plan puts most of its
-epochs (a backend chains that platform's sessions itself: the Kaggle backend pushes the cell
+epochs (a cell the plan splits across platforms then finishes later than printed: said in
+one line) (a backend chains that platform's sessions itself: the Kaggle backend pushes the cell
 again with its output attached, Colab's uploads the partial run, Slurm requeues it); the
 cells are run backend by backend through the sweep's own code (lib/cli/sweep), in the same
 --out, and the plan is kept there as plan.json for `report` to set beside what ran. A cell
 planned on a platform no backend reaches (Studio Lab, Paperspace...) is named, with the
-notebook to open there, and left to run by hand.
+notebook to open there, and left to run by hand; a backend that cannot start (its tool
+missing) is one line, and the other backends' cells still run.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ def assignments(plan: dict) -> dict[str, str]:
     return {cell: min(c, key=lambda p: (-c[p], p)) for cell, c in sorted(epochs.items())}
 
 
+def split_cells(plan: dict) -> list[str]:
+    """The cells the plan puts on more than one platform (sweep --plan runs each on one)."""
+    where: dict[str, set] = {}
+    for s in plan["sessions"]:
+        where.setdefault(s["cell"], set()).add(s["platform"])
+    return sorted(cell for cell, platforms in where.items() if len(platforms) > 1)
+
+
 def follow(args) -> int:
     from lib.cli.sweep import sweep_command
 
@@ -77,11 +87,20 @@ def follow(args) -> int:
             shutil.copy2(kept, out / "plan-before.json")  # the earlier plan, kept
         atomic.write_text(kept, json.dumps(plan, indent=1) + "\n")
     rc = 0
+    if split := split_cells(plan):
+        print(f"plan: {len(split)} cell(s) planned across platforms ({', '.join(split)}) run "
+              "whole on their majority platform, so they finish later than planned: "
+              f"`train-anywhere report {args.out}` re-plans from what ran", flush=True)
     for (backend, notebook), cells in sorted(groups.items()):
         print(f"plan: {len(cells)} cell(s) on {backend} ({notebook}): {', '.join(cells)}",
               flush=True)
         args.on, args.platform = backend, notebook
-        rc = max(rc, sweep_command(args, only=set(cells)))
+        try:
+            rc = max(rc, sweep_command(args, only=set(cells)))
+        except UsageError as exc:  # one backend that cannot start stops none of the others
+            print(f"plan: the {len(cells)} cell(s) on {backend} did not start: {exc}",
+                  file=sys.stderr, flush=True)
+            rc = max(rc, 2)
     for platform, cells in sorted(by_hand.items()):
         print(f"plan: {len(cells)} cell(s) planned on {platform}, which no sweep backend "
               f"reaches ({', '.join(cells)}): open notebooks/{platform}/{plan['workload']}.ipynb"

@@ -44,6 +44,12 @@ def load(user_file: Path | None = None) -> dict:
         for name, table in (mine.get(kind) or {}).items():
             merged[kind].setdefault(name, {}).update(table, source=table.get(
                 "source", f"your file {path.name}"), date=table.get("date", "yours"))
+    for name, table in (mine.get("platforms") or {}).items():
+        pool = table.get("pool")
+        if pool is not None and pool not in merged["pools"]:
+            raise UsageError(f"--quotas {user_file}: platform {name} names pool {pool!r}"
+                             f"{closest(pool, merged['pools'])}, which no [pools.NAME] "
+                             "defines; name one that does, or add its [pools] table.")
     for name, table in merged["platforms"].items():
         table.setdefault("pool", name)
         merged["pools"].setdefault(table["pool"], {"concurrent": 1, "source":
@@ -81,6 +87,7 @@ def override(data: dict, items: list[str] | None) -> dict:
     for item in items or []:
         name, hours, period = parse_quota(item, data)
         pool = data["pools"][data["platforms"][name]["pool"]]
+        had = pool.get("period")
         pool.pop("left", None)
         if hours is None:
             pool.pop("hours", None)
@@ -88,9 +95,21 @@ def override(data: dict, items: list[str] | None) -> dict:
         else:
             pool["hours"] = hours
             pool["period"] = period or pool.get("period") or "week"
-        pool["source"], pool["date"] = f"--quota {item}", "given"
+        assumed = "" if period or had or hours is None else " (a week: no period given)"
+        pool["source"], pool["date"] = f"--quota {item}{assumed}", "given"
         pool.pop("assumption", None)
     return data
+
+
+def unused_quotas(items: list[str] | None, data: dict, usable: list[str]) -> list[str]:
+    """One note per --quota whose platform the plan cannot use (no speed measured there)."""
+    out = []
+    for item in items or []:
+        name = item.partition("=")[0]
+        if name not in usable:
+            out.append(f"NOTE: --quota {item} changes nothing: {name} has no speed for this "
+                       "work (see its line under speeds), so the plan leaves it out.")
+    return out
 
 
 def next_reset(spec: str | None, period: str, now: datetime) -> datetime:
