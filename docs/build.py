@@ -360,6 +360,7 @@ def compile_figure(rows, path: Path) -> None:
 def plan_picture(out: Path) -> None:
     """The plan guide's picture, made by `train-anywhere plan` itself (guides/plan.md)."""
     from lib.cli.main import main as cli
+    from lib.cli.plan.picture import caption
 
     with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
         rc = cli(["plan", "mamba_spike", "--grid", "SEED=1,2,3", "-p", "EPOCHS", "20",
@@ -368,6 +369,13 @@ def plan_picture(out: Path) -> None:
                   "--measured", str(BUILD / "no-runs"), "--out", str(out)])
     if rc:
         raise SystemExit(f"train-anywhere plan failed ({rc}) for the plan guide's picture")
+    guide = out.parent / "plan.md"  # the guide's numbers, from the plan the picture shows
+    guide.write_text(render.replace_between(
+        guide.read_text(), PLAN_NUMBERS, caption(json.loads((out / "plan.json").read_text()),
+                                                 "lab_h100"), "plan guide's numbers"))
+
+
+PLAN_NUMBERS = ("<!-- plan-numbers:start -->", "<!-- plan-numbers:end -->")
 
 
 def stage(facts: dict) -> None:

@@ -444,6 +444,11 @@ def test_a_grid_on_your_own_machine_at_the_projects_figure_keeps_its_limits(tmp_
     assert max(day_hours.values()) <= 10.0 + 1e-6 and len(day_hours) >= 5
     assert plan["resets"][0]["at"] == "2026-12-08T00:00:00+00:00"
     assert (tmp_path / "plan.png").stat().st_size > 10_000
+    # The guide says this plan in the sentence docs/build.py rewrites from it.
+    from lib.cli.plan.picture import caption
+
+    said = (ROOT / "docs" / "guides" / "plan.md").read_text()
+    assert f"<!-- plan-numbers:start -->\n{caption(plan, 'lab_h100')}\n" in said
 
 
 def test_plan_and_report_load_no_torch(two_platform_run, tmp_path):

@@ -106,3 +106,4 @@ def test_a_quota_without_a_period_says_the_week_it_assumes(tmp_path, item, sourc
                            "2", "--platforms", "lab", "--quota", item, "--json")
     assert rc == 0, err
     assert json.loads(out)["limits"]["lab"]["source"].endswith(f"quota: {source}")
+

@@ -80,3 +80,17 @@ def timeline(plan: dict, path: Path | None = None):
     fig.tight_layout()
     save(fig, path)
     return fig
+
+
+def caption(plan: dict, platform: str) -> str:
+    """The plan in one sentence, as the plan guide says it under its picture (docs/build.py
+    writes it there from the plan.json it draws)."""
+    from datetime import datetime
+
+    speed = plan["speeds"][platform]
+    finish = datetime.fromisoformat(plan["finish"]).strftime("%a %d %b %H:%M")
+    return (f"At {speed['seconds_per_epoch']:,.0f} s an epoch (the project's H100 figure), the "
+            f"{plan['epochs']} epochs are {plan['hours']:.1f} h of work, in "
+            f"{len(plan['sessions'])} sessions finishing {finish} UTC "
+            f"({plan['finish_hours']:.1f} h after the start; the solver's bound: no plan "
+            f"finishes before {plan['bound_hours']:.1f} h).")
