@@ -165,3 +165,10 @@ def test_measure_times_real_steps_here_and_plan_then_plans(smoke_run, tmp_path):
         local = json.loads(text)["speeds"]["local"]
         assert local["seconds_per_epoch"] == pytest.approx(seconds, rel=1e-3)
         assert "2 real-size step(s) after warm-up (train-anywhere measure)" in local["source"]
+
+
+def test_report_names_the_device_a_session_ran_on_beside_the_platform_it_ran_as(smoke_run):
+    from lib.cli.speed import per_platform, timed_sessions
+
+    names = sorted(per_platform(timed_sessions(smoke_run)))
+    assert names == [f"colab_t4 on this CPU ({cpu_here()})", "local"]

@@ -36,16 +36,32 @@ def epochs_left(runs: list[tuple[Path, list[dict]]]) -> int:
     return left
 
 
+def where(row: dict) -> str:
+    """The platform a session was run as, and the device it really ran on where that is not
+    the platform's accelerator ("colab_t4 on this CPU (AMD EPYC ...)"): a speed belongs to the
+    device that ran (lib/cli/plan/speeds.py). A row from before devices were recorded: its
+    platform."""
+    from lib.cli.plan.quotas import load
+    from lib.cli.plan.speeds import device_label, runs_on
+
+    platform = row.get("platform", "?")
+    table = load()["platforms"].get(platform)
+    if not row.get("device") or table is None or runs_on(table.get("accelerator"), platform,
+                                                         row):
+        return platform
+    return f"{platform} on {device_label(row)}"
+
+
 def per_platform(runs: list[tuple[Path, list[dict]]]) -> dict[str, dict]:
-    """platform -> sessions, epochs timed, seconds per epoch and samples/s (each weighted by
-    the epochs a session trained)."""
+    """platform (and the device, where not its accelerator: `where`) -> sessions, epochs
+    timed, seconds per epoch and samples/s (each weighted by the epochs a session trained)."""
     out: dict[str, dict] = {}
     for _, rows in runs:
         for row in rows:
             epochs = row.get("epochs_trained") or 0
             if not epochs or row.get("seconds_per_epoch") is None:
                 continue  # a session from before these fields, or one that ended in epoch 1
-            p = out.setdefault(row.get("platform", "?"), {"sessions": 0, "epochs": 0,
+            p = out.setdefault(where(row), {"sessions": 0, "epochs": 0,
                                                            "seconds": 0.0, "samples": 0.0})
             p["sessions"] += 1
             p["epochs"] += epochs
