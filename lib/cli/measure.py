@@ -46,15 +46,22 @@ def measure(workload: str, pairs, steps: int, warmup: int, out: Path) -> dict:
     asked = overrides.get("COMPILE")
     overrides.update(EPOCHS=1, OUT_DIR=str(out), COMPILE=False if asked is None else asked)
     _, cfg = resolve_params(workload, overrides.pop("PLATFORM", "local"), overrides)
-    if cfg.GRID:
-        raise UsageError(f"{workload} trains a grid of runs; measure one of them with its "
-                         "cell's parameters, e.g. -p OPTIMIZER adamw -p SEED 0.")
+    import importlib
+
     from lib import session
     from lib.runs import identity
     from lib.runtime import environment
     from lib.workloads import get
 
-    s = session.start(cfg, runtime="local", grid=False)
+    module = importlib.import_module(f"lib.workloads.{workload}")
+    if cfg.GRID:  # a grid's first run, in its own folder, as the grid would train it
+        if not (hasattr(module, "plan") and hasattr(module, "cell_session")):
+            raise UsageError(f"{workload} trains a grid of runs and names none to measure; "
+                             "measure it with train-anywhere run and one epoch.")
+        grid = session.start(cfg, runtime="local")
+        s = module.cell_session(grid, module.plan(cfg)[0])
+    else:
+        s = session.start(cfg, runtime="local", grid=False)
     timings: dict = {}
 
     def timed_fit(loaders, task, model_config):
@@ -75,7 +82,7 @@ def measure(workload: str, pairs, steps: int, warmup: int, out: Path) -> dict:
                seconds_per_epoch=round(timings["epoch_samples"] / timings["samples_per_s"], 3),
                epoch_samples=timings["epoch_samples"])
     identity.append_session(s.out_dir, row)
-    return row
+    return dict(row, folder=s.out_dir)
 
 
 def compile_auto(s) -> bool:
@@ -126,8 +133,8 @@ def cmd_measure(args) -> int:
           f"samples/s over {row['measured_steps']} steps after {row['warmup_steps']} warm-up "
           f"steps ({compiled}), on {what}: {row['seconds_per_epoch']:.1f} s for its epoch of "
           f"{row['epoch_samples']} samples")
-    print(f"recorded in {out / 'sessions.jsonl'}; `train-anywhere plan {args.workload}` reads "
-          f"it from runs/ (or --measured {out.parent})")
+    print(f"recorded in {row['folder'] / 'sessions.jsonl'}; `train-anywhere plan "
+          f"{args.workload}` reads it from runs/ (or --measured {out.parent})")
     return 0
 
 
