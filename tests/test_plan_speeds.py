@@ -118,7 +118,7 @@ def test_a_fresh_clone_names_each_figure_or_the_command_that_measures_it(tmp_pat
     rc, out, err = cli("mamba_spike", "-p", "EPOCHS", "20", "--measured", str(tmp_path),
                        "--no-kaggle-client", "--out", str(tmp_path / "p"))
     assert rc == 2 and err.count("\n") == 1, err
-    assert err.strip().endswith("train-anywhere measure mamba_spike --out runs/speed-local")
+    assert err.strip().endswith("train-anywhere measure mamba_spike -p SAMPLE_DATA True")
     assert "  local: unmeasured (measure it: train-anywhere measure mamba_spike" in out
     assert "  kaggle_t4x2: unmeasured (measure it: train-anywhere sweep mamba_spike --on " \
            "kaggle --platform kaggle_t4x2 --grid SEED=0 -p EPOCHS 1" in out

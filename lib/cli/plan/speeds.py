@@ -241,7 +241,8 @@ def measure_command(workload: str, platform: str, backend: str | None) -> str:
     """The one command that measures the real model's speed on `platform` (lib/cli/measure.py:
     a few real-size steps at the real batch, timed after warm-up)."""
     if backend == "local" or platform == "local":
-        return f"train-anywhere measure {workload} --out runs/speed-local"
+        # the sample: offline, the same model and input (drop it to time DATA_DIR's data)
+        return f"train-anywhere measure {workload} -p SAMPLE_DATA True"
     if backend in ("kaggle", "colab"):
         return (f"train-anywhere sweep {workload} --on {backend} --platform {platform} "
                 f"--grid SEED=0 -p EPOCHS 1 --out runs/speed-{platform} (one real epoch there)")
