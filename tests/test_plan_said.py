@@ -1,6 +1,6 @@
-"""What `train-anywhere plan` and `sweep --plan` must say rather than do silently (issue 59,
-finding 6). Each plan here is Mamba-Spike at the project's H100 figure (52 min an epoch) on
-machines of a --quotas file; no training."""
+"""What `train-anywhere plan` and `sweep --plan` must say rather than do silently, and bad
+input in one line (issue 59, findings 6 and 7). Each plan here is at the project's H100
+figure (Mamba-Spike: 52 min an epoch) on machines of a --quotas file; no training."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from lib.cli.main import main
 from lib.cli.params import UsageError
+from lib.cli.plan import quotas
 
 START = "2026-12-01T09:00"
 
@@ -107,3 +108,28 @@ def test_a_quota_without_a_period_says_the_week_it_assumes(tmp_path, item, sourc
     assert rc == 0, err
     assert json.loads(out)["limits"]["lab"]["source"].endswith(f"quota: {source}")
 
+
+@pytest.mark.parametrize("value", ["ten", "2.5", "True", "-3", "0"])
+def test_epochs_that_are_no_count_of_epochs_are_one_line(value, tmp_path):
+    rc, _, err = cli("fashion_mnist", "-p", "EPOCHS", value, "--no-kaggle-client", "--out",
+                     str(tmp_path))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "is not a number of epochs; expected a whole number above 0" in err
+
+
+def test_short_sessions_show_their_hours_and_the_kaggle_note_is_whole(tmp_path):
+    from lib.cli.plan import hours
+
+    assert [hours(h) for h in (0.000195, 0.0426, 0.1, 2.0, 0.0)] == [
+        "0.000195", "0.0426", "0.10", "2.00", "0.00"]
+    mine = tmp_path / "h100.toml"
+    mine.write_text('[platforms.lab]\naccelerator = "H100"\n')
+    rc, out, err = cli("fashion_mnist", "-p", "EPOCHS", "2", "--quotas", str(mine),
+                       "--platforms", "lab", "--measured", str(tmp_path), "--no-kaggle-client",
+                       "--start", START, "--out", str(tmp_path / "p"))
+    assert rc == 0, err
+    assert "| 0.00 |" not in out and "| 0.000" in out  # 2 x 0.70 s
+    long = "no kaggle.json in ~/.config/kaggle: " + "x" * 100
+    said = quotas.kaggle_left(quotas.load(), None, ask=lambda: (_ for _ in ()).throw(
+        OSError(long)))
+    assert said[0].endswith(f"could not tell: {long})")
