@@ -120,6 +120,8 @@ def test_a_fresh_clone_names_each_figure_or_the_command_that_measures_it(tmp_pat
     assert rc == 2 and err.count("\n") == 1, err
     assert err.strip().endswith("train-anywhere measure mamba_spike -p SAMPLE_DATA True")
     assert "  local: unmeasured (measure it: train-anywhere measure mamba_spike" in out
+    assert "  the project's H100 figure: 3125.0 s an epoch, for a machine of yours with one " \
+           "(--quotas FILE" in out
     assert "  kaggle_t4x2: unmeasured (measure it: train-anywhere sweep mamba_spike --on " \
            "kaggle --platform kaggle_t4x2 --grid SEED=0 -p EPOCHS 1" in out
     # The project's H100 figure says what it measured and that it predates the fused front-end.

@@ -86,7 +86,8 @@ def make(args) -> dict:
                                      under)
     usable = [n for n in names if speed[n].seconds]
     if not usable:
-        raise Unmeasured(found, speed, elsewhere)
+        raise Unmeasured(found, speed, elsewhere, speeds.unused_figures(
+            found.target(), {n: data["platforms"][n] for n in names}))
     platforms, pools = quotas.build(data, usable, start)
     runs = [solve.Run(name, epochs, {n: speed[n].seconds for n in usable})
             for name, epochs in sorted(found.runs.items()) if epochs]
@@ -119,10 +120,10 @@ class Unmeasured(UsageError):
     """No planned platform has a speed: what is known of each (`lines`, printed before the
     one-line error) and the one command that measures the rest (the error)."""
 
-    def __init__(self, found, speed: dict, elsewhere: list[dict]):
+    def __init__(self, found, speed: dict, elsewhere: list[dict], figures: list[str]):
         self.lines = [f"no speed yet for {found.origin} on any of {', '.join(sorted(speed))}:",
                       *speed_lines({n: vars(s) | {"seconds_per_epoch": s.seconds}
-                                    for n, s in speed.items()}, elsewhere)]
+                                    for n, s in speed.items()}, elsewhere), *figures]
         first = speed["local"] if "local" in speed else next(iter(speed.values()))
         super().__init__(f"no platform has a speed for {found.origin}; measure it here first "
                          f"(a few real-size steps, minutes): {first.source}")

@@ -237,6 +237,22 @@ def from_shipped(target: Target, platform: str, accelerator: str | None,
     return None
 
 
+def unused_figures(target: Target, platforms: dict) -> list[str]:
+    """The project's figures for `target` that no planned platform's accelerator takes, said
+    with how to use one (a machine of yours with that accelerator)."""
+    out = []
+    for fig in shipped().get("measured", []):
+        if any(from_shipped(target, name, table.get("accelerator"), {"measured": [fig]})
+               for name, table in platforms.items()):
+            continue
+        one = from_shipped(target, "?", fig["accelerator"], {"measured": [fig]})
+        if one is not None:
+            out.append(f"  the project's {fig['accelerator']} figure: {one.seconds:.1f} s an "
+                       f"epoch, for a machine of yours with one (--quotas FILE, e.g. "
+                       f"docs/guides/plan-example.toml): {one.source}")
+    return out
+
+
 def measure_command(workload: str, platform: str, backend: str | None) -> str:
     """The one command that measures the real model's speed on `platform` (lib/cli/measure.py:
     a few real-size steps at the real batch, timed after warm-up)."""
