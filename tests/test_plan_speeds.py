@@ -123,7 +123,7 @@ def test_a_fresh_clone_names_each_figure_or_the_command_that_measures_it(tmp_pat
     assert "  the project's H100 figure: 3125.0 s an epoch, for a machine of yours with one " \
            "(--quotas FILE" in out
     assert "  kaggle_t4x2: unmeasured (measure it: train-anywhere sweep mamba_spike --on " \
-           "kaggle --platform kaggle_t4x2 --grid SEED=0 -p EPOCHS 1" in out
+           "kaggle --platform kaggle_t4x2 --grid SEED=0 -p SAMPLE_DATA True -p EPOCHS 3" in out
     # The project's H100 figure says what it measured and that it predates the fused front-end.
     mine = tmp_path / "h100.toml"
     mine.write_text('[platforms.lab]\naccelerator = "H100"\n')

@@ -16,7 +16,8 @@ session recorded). So:
 2. "shipped": the project's figure for the platform's accelerator (speeds.toml beside this
    module: what it measured, on what device, when, with what command), for the same dataset
    and the real model only.
-3. "unmeasured": no figure, and the one command that measures it (`measure_command`).
+3. "unmeasured": no figure, and the one command that measures it (`measure_command`): here
+   `train-anywhere measure`, elsewhere a session of the real model on the sample there.
 """
 
 from __future__ import annotations
@@ -254,16 +255,19 @@ def unused_figures(target: Target, platforms: dict) -> list[str]:
 
 
 def measure_command(workload: str, platform: str, backend: str | None) -> str:
-    """The one command that measures the real model's speed on `platform` (lib/cli/measure.py:
-    a few real-size steps at the real batch, timed after warm-up)."""
+    """The one command that measures the real model's speed on `platform`: here, a few
+    real-size steps timed after warm-up (lib/cli/measure.py); elsewhere, a session of the real
+    model on the sample (the same model and input, minutes), whose row counts scaled."""
     if backend == "local" or platform == "local":
         # the sample: offline, the same model and input (drop it to time DATA_DIR's data)
         return f"train-anywhere measure {workload} -p SAMPLE_DATA True"
+    sample = "-p SAMPLE_DATA True -p EPOCHS 3"
     if backend in ("kaggle", "colab"):
         return (f"train-anywhere sweep {workload} --on {backend} --platform {platform} "
-                f"--grid SEED=0 -p EPOCHS 1 --out runs/speed-{platform} (one real epoch there)")
-    return (f"open notebooks/{platform}/{workload}.ipynb there with EPOCHS = 1 (one real "
-            f"epoch), then copy its run folder under runs/")
+                f"--grid SEED=0 {sample} --out runs/speed-{platform} (the real model on the "
+                "sample there)")
+    return (f"open notebooks/{platform}/{workload}.ipynb there with SAMPLE_DATA = True, "
+            "EPOCHS = 3 (the real model on the sample), then copy its run folder under runs/")
 
 
 def speeds(target: Target, platforms: dict, under: Path | None) -> tuple[dict, list[dict]]:
