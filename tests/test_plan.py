@@ -188,6 +188,20 @@ def test_a_solver_stopped_by_its_clock_leaves_the_list_plan_and_the_relaxations_
     assert 0 < best.bound <= 5.0 and plans(runs, platforms, pools, 16)[0].bound == best.bound
 
 
+def test_a_small_plan_is_stopped_by_the_node_limit_never_by_a_loaded_clock():
+    """The same small case with a clock that has already run out: a small model's clock is
+    only a guard (milp.SMALL), so the answer is the one the node limit gives, whatever the
+    load (with the clock obeyed, plans differed between two calls on a loaded machine)."""
+    from lib.cli.plan import milp
+
+    pools = {"p0": Pool("p0", 6, "day", 11.0, concurrent=1), "p1": Pool("p1", concurrent=2)}
+    platforms = [Platform("p0", "p0", 3.0, 0.0), Platform("p1", "p1", None, 0.0)]
+    runs = [Run("r0", 3, {"p0": 3600, "p1": 7200}), Run("r1", 3, {"p0": 3600, "p1": 10800})]
+    rushed = milp.assign(runs, platforms, pools, 16, time_limit=1e-9)
+    calm = milp.assign(runs, platforms, pools, 16)
+    assert rushed.epochs and rushed == calm and rushed.bound == pytest.approx(5.0, abs=1e-3)
+
+
 def kaggle_like(rng, n_runs):
     """Random cases shaped like the real ones: Kaggle-like weekly pools, daily Colab, local."""
     pools = {"gpu": Pool("gpu", rng.choice([20.0, 30.0]), "week", rng.uniform(0, 168),

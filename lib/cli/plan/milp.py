@@ -23,7 +23,10 @@ schedule following the MILP's epochs per platform and period.
 Determinism: HiGHS is deterministic for a given model and a node limit stops it at the same
 point on every machine; where the time limit stops it (a large grid: bench/bench_plan.py), its
 answer would vary with the machine's load, so it is not used: the list schedule's plan
-stands, with the bound of the linear relaxation (solved to the end: deterministic).
+stands, with the bound of the linear relaxation (solved to the end: deterministic). A small
+model (`SMALL` integer variables) gets a clock far beyond what its node limit allows, so only
+the node limit stops it; between that and a grid the clock reliably stops, the answer can
+still depend on the load.
 """
 
 from __future__ import annotations
@@ -37,6 +40,12 @@ from scipy.sparse import coo_array
 
 NODE_LIMIT = 200  # branch-and-bound nodes: the deterministic stop (see the docstring)
 TIME_LIMIT_S = 2.0  # keeps a 100-cell grid's planning within seconds (see the docstring)
+# Up to this many integer variables (a plan of a dozen runs: 165 at most in tests/test_plan.py's
+# random cases; a 10-cell grid of bench/bench_plan.py: 1,605) the node limit stops HiGHS, and
+# the clock is only a guard far beyond it, so a loaded machine cannot change the answer (the
+# integer solve took up to 1.6 s here, over 2 s under the suite's load: two plans differed).
+SMALL = 1000
+GUARD_S = 60.0
 TIE = 1e-6  # objective weight of an hour of quota used, below T's (hours)
 
 
@@ -153,6 +162,8 @@ def assign(runs: list, platforms: list, pools: dict, horizon: float,
                                                      np.array(upper, float)),
                "constraints": LinearConstraint(matrix.tocsr(), [lo for _, lo, _ in rows],
                                                [hi for _, _, hi in rows])}
+    if sum(integral) <= SMALL and not timed:
+        time_limit = max(time_limit, GUARD_S)
     result = milp(integrality=np.array(integral), **problem,
                   options={"node_limit": node_limit, "time_limit": time_limit})
     if "time limit" in result.message.lower() and not timed:
