@@ -33,6 +33,7 @@ from lib.data.events import (
 from lib.data.events import (
     build_datasets as event_datasets,
 )
+from lib.kernels.lif import check_path_env, describe_path
 from lib.models.mamba_spike import (
     PRESETS,
     MambaSpike,
@@ -102,6 +103,7 @@ class MambaSpikeRunConfig(RunConfig):
     spike_channels: int | None = None
 
     def validate(self) -> None:
+        check_path_env()  # TA_LIF_PATH, before anything starts
         self._choice("dataset", self.dataset, NAMES)
         for name in ("n_time_bins", "dt_us", "fixed_t", "downsample", *SIZE_OVERRIDES):
             value = getattr(self, name)
@@ -162,6 +164,11 @@ class MambaSpikeRunConfig(RunConfig):
     def official_batch(self) -> int:
         """DATASET's official batch (accumulated where a device cannot hold it: exact)."""
         return OFFICIAL_BATCH[self.dataset]
+
+    def device_notes(self, device_type: str) -> tuple[str, ...]:
+        """The spiking layers' LIF path on this device (lib/kernels), refused here if forced
+        where it cannot run."""
+        return (describe_path(torch.device(device_type)),)
 
     def model_config(self, downsample: int | None = None) -> MambaSpikeConfig:
         """The dataset's preset at the frame size the data produces (or at `downsample`),
