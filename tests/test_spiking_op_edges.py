@@ -161,3 +161,13 @@ def test_the_runs_device_line_says_which_lif_path_runs(forced, said, tmp_path, m
     session.start(cfg, runtime="local")
     (line,) = [x for x in capsys.readouterr().out.splitlines() if " -> device cpu " in x]
     assert line.endswith(f"; {said}"), line
+
+
+def test_the_guide_documents_the_variable_and_every_path():
+    from pathlib import Path
+
+    from lib.kernels import PATHS
+
+    guide = (Path(__file__).resolve().parent.parent / "docs/guides/workloads.md").read_text()
+    assert f"`{LIF_PATH_ENV}`" in guide and "LIF path portable (auto)" in guide
+    assert all(f"`{path}`" in guide for path in PATHS)
