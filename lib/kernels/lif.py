@@ -95,6 +95,12 @@ def describe_path(device: torch.device) -> str:
     return f"LIF path {choose_path(device)} ({why})"
 
 
+def lif_notes(device_type: str) -> tuple[str, ...]:
+    """`RunConfig.device_notes` of a workload with LIF layers: the path they take on
+    `device_type`; a ConfigError where a forced path cannot run there."""
+    return (describe_path(torch.device(device_type)),)
+
+
 def _kernels(path: str):
     if path == "triton":
         import lib.kernels.lif_triton as lif_triton  # imports triton: only when asked for
