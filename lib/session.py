@@ -16,7 +16,7 @@ v5e-8 (512 x 8) continues on a Colab T4 (256 per step x 16 accumulated) as the s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -219,6 +219,7 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
     roles, clock = storage(runtime), session_clock(platform, runtime, dist.main)
     # what hardware: the device, how many of them
     choice = choose_device(cfg.device, platform)
+    choice = replace(choice, notes=(*choice.notes, *cfg.device_notes(choice.type)))
     available = device_count(choice, platform)
     if cfg.seed is not None:  # None: a grid whose runs each bring their own seed
         torch.manual_seed(cfg.seed)

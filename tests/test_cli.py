@@ -268,10 +268,14 @@ def _interrupted(tmp_path: Path, ready, slow: str) -> tuple[subprocess.Popen, st
     import time
 
     out, tmp = tmp_path / "run", tmp_path / "tmp"
-    tmp.mkdir()
+    tmp.mkdir(exist_ok=True)
     typed = ["run", "fashion_mnist", *SMOKE, "-p", "EPOCHS", "3", "-p", "DATA_DIR",
              str(tmp_path / "data"), "--out", str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp), "TA_SLOWPOINTS": slow}
+    # the venv's console script first on PATH, as after `pip install` and activating it: the
+    # line must name the program as it is typed then
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp), "TA_SLOWPOINTS": slow,
+           "PATH": path}
     proc = subprocess.Popen([sys.executable, "-m", "lib", *typed], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -290,8 +294,10 @@ def test_ctrl_c_says_where_it_stopped_and_how_to_resume_and_keeps_the_notebook(m
                                                                                tmp_path):
     """Issue 52: interrupted at start-up (the run folder made, no session recorded yet), in its
     first epoch (training started, nothing saved yet) or in its second: one line saying where
-    and the command that resumes it; the session's notebook in the run folder; nothing left
-    in the temp folder."""
+    and the command that resumes it, the whole command with its program's name; the
+    session's notebook in the run folder; nothing left in the temp folder. After epoch 1,
+    the resumed run interrupted again before its first epoch ends: everything the first
+    session left is as it was, and the line says where and how to resume once more."""
     from lib.runs.records import read_jsonl
 
     out = tmp_path / "run"
@@ -307,21 +313,50 @@ def test_ctrl_c_says_where_it_stopped_and_how_to_resume_and_keeps_the_notebook(m
     notebook = out / "fashion_mnist-session-1.ipynb"
     if moment == "at start-up":
         assert not (out / "sessions.jsonl").exists(), line
-        assert line.startswith("interrupted before training started; ")
+        where = "before training started"
     elif moment == "in epoch 1":
         assert read_jsonl(out / "metrics.jsonl") == [], line  # no epoch finished
-        assert line.startswith("interrupted in epoch 1 of 3, before its first checkpoint; ")
+        where = "in epoch 1 of 3, before its first checkpoint"
     else:
         assert len(read_jsonl(out / "metrics.jsonl")) == 1
-        assert line.startswith(f"interrupted in epoch 2 of 3, after epoch 1 was saved in {out}")
+        where = f"in epoch 2 of 3, after epoch 1 was saved in {out}"
         # report: the notebook the command line kept, not "run in Jupyter or by papermill"
         from tests.notebook_run import report_without_torch
 
         reported = report_without_torch(out)
         assert str(notebook) in reported and "(run in Jupyter" not in reported
-    assert f"; its notebook is {notebook}; resume with: " in line
-    assert line.endswith(" " + " ".join(shlex.quote(a) for a in typed)), line
+    resume = "train-anywhere run fashion_mnist -p SMOKE True -p SAMPLE_DATA True -p EPOCHS 3 " \
+        f"-p DATA_DIR {shlex.quote(str(tmp_path / 'data'))} --out {shlex.quote(str(out))}"
+    assert line == f"interrupted {where}; its notebook is {notebook}; resume with: {resume}"
     import nbformat
 
     assert nbformat.read(notebook, as_version=4).cells  # the session's, as far as it ran
+    assert not list((tmp_path / "tmp").glob("train-anywhere-*"))
+    if moment == "after epoch 1":
+        _resumed_and_interrupted_before_its_first_epoch(tmp_path, out, resume)
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+def _resumed_and_interrupted_before_its_first_epoch(tmp_path: Path, out: Path,
+                                                    resume: str) -> None:
+    """The command the line gave, run and interrupted once its session started training,
+    before the epoch it resumes is saved."""
+    from lib.runs.identity import SESSIONS
+
+    before = _files(out)
+    rows = lambda o: len((o / SESSIONS).read_text().splitlines())  # noqa: E731
+    proc, stdout, stderr, _ = _interrupted(tmp_path, lambda o: rows(o) == 2, "train.step=0.4")
+    assert proc.returncode == 130, (stdout, stderr)
+    lines = [x for x in stderr.splitlines() if x.strip() and "[IPKernelApp]" not in x]
+    second = out / "fashion_mnist-session-2.ipynb"
+    assert lines == [f"interrupted in epoch 2 of 3, after epoch 1 was saved in {out}; its "
+                     f"notebook is {second}; resume with: {resume}"], stderr
+    after = _files(out)
+    assert after.pop(second.name) and after[SESSIONS].startswith(before[SESSIONS])
+    assert rows(out) == 2 and sorted(after) == sorted(before)
+    changed = [name for name in before if name != SESSIONS and after[name] != before[name]]
+    assert changed == [], changed  # checkpoints, metrics, config, the first notebook: as left
     assert not list((tmp_path / "tmp").glob("train-anywhere-*"))

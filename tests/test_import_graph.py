@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -275,16 +276,37 @@ def test_the_bootstrap_imports_no_torch():
     assert "torch" not in _modules_after("import lib.bootstrap")
 
 
-def test_the_command_line_reads_a_finished_run_without_torch(tmp_path):
-    """`train-anywhere report` on a finished run folder: its table, and torch never loaded."""
+def test_the_command_line_reads_a_finished_run_without_torch(tmp_path, monkeypatch):
+    """`train-anywhere report` on the folder a real SMOKE run left (session.start and
+    fashion_mnist.train, as the notebook calls them: config.json naming the workload, its
+    card read for the headline) in a process where torch cannot be imported at all."""
+    from lib import session
+    from lib.launch import launch
+    from lib.workloads import fashion_mnist
+    from lib.workloads.fashion_mnist import FashionConfig
+
+    for name in ("TA_CPU_DEVICES", "KAGGLE_KERNEL_RUN_TYPE", "COLAB_RELEASE_TAG"):
+        monkeypatch.delenv(name, raising=False)
     run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.json").write_text(json.dumps({"WORKLOAD": "fashion_mnist", "EPOCHS": 2}))
-    (run / "metrics.jsonl").write_text("".join(
-        json.dumps({"epoch": e, "train_loss": 1.0 / e, "test_accuracy": 0.5 + e / 10}) + "\n"
-        for e in (1, 2)))
-    loaded = _modules_after("import contextlib, io\nfrom lib.cli.main import main\n"
-                            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
-                            f"    main(['report', {str(run)!r}])\n"
-                            "assert '70.0' in out.getvalue(), out.getvalue()")
-    assert "lib.cli.main" in loaded and "torch" not in loaded
+    cfg = FashionConfig(platform="local", epochs=1, smoke=True, sample_data=True,
+                        smoke_batches=1, data_dir=str(tmp_path / "data"), out_dir=str(run))
+    (record,) = launch(fashion_mnist.train, session.start(cfg, runtime="local"))
+    assert json.loads((run / "config.json").read_text())["experiment"]["workload"] == (
+        "fashion_mnist")
+    # torch poisoned: any import of it raises, even one a caller would catch
+    # torch poisoned: any import of it raises, even one a caller would catch; the cards
+    # `report` reads, counted
+    code = ("import contextlib, io, sys\nsys.modules['torch'] = None\n"
+            "import lib.workloads as w\nread, card = [], w.card\n"
+            "w.card = lambda name: read.append(name) or card(name)\n"
+            "from lib.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            f"    rc = main(['report', {str(run)!r}])\n"
+            "print(rc, read)\nprint(out.getvalue())")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("0 ['fashion_mnist']\n"), done.stdout
+    # the card's headline (test_accuracy, in percent), the one epoch's score
+    percent = f"{100 * record['test_accuracy']:.2f}%"
+    assert "test_accuracy" in done.stdout and percent in done.stdout, done.stdout

@@ -223,3 +223,47 @@ def test_uint8_event_counts_give_the_same_logits_as_float_frames():
     with torch.no_grad():
         assert torch.equal(model(counts), model(counts.float()))
     assert firing_rates(model, counts) == firing_rates(model, counts.float())
+
+
+# The official code's neuron (ECNU-Cross-Innovation-Lab/Mamba-Spike, models/mamba_spike.py,
+# SpikingFrontEnd): `snn.Leaky(beta=0.97, spike_grad=surrogate.fast_sigmoid(slope=25))`, at
+# snntorch's default threshold 1.0 and subtractive reset. Written here as literals: no config
+# of ours builds this side.
+OFFICIAL_BETA, OFFICIAL_THRESHOLD, OFFICIAL_SLOPE = 0.97, 1.0, 25
+
+
+@pytest.mark.parametrize("dataset", sorted(PRESETS))
+def test_the_neuron_constants_are_the_official_codes(dataset):
+    """The model the workload builds (its own config, defaults untouched) against a loop of
+    snntorch's Leaky built as the official code builds it: a beta, threshold or slope other
+    than the official changes the spikes or the gradients."""
+    from snntorch import surrogate
+
+    from lib.workloads.mamba_spike import MambaSpikeRunConfig
+
+    cfg = MambaSpikeRunConfig.from_params(dict(
+        PLATFORM="colab_t4", DEVICE="auto", DATA_DIR=None, OUT_DIR=None, SAMPLE_DATA=False,
+        SMOKE=True, BATCH_SIZE=None, SEED=1, DATASET=dataset)).model_config()
+    assert (cfg.beta, cfg.threshold, cfg.surrogate_slope) == (0.97, 1.0, 25.0)
+    torch.manual_seed(0)
+    layer = SpikingFrontEnd(cfg).layers[0]
+    with torch.no_grad():
+        layer.rec.weight.mul_(3.0)
+    x = (torch.rand(2, 8, 2, 8, 8) * 2.0).requires_grad_()
+    lif = snn.Leaky(beta=OFFICIAL_BETA, spike_grad=surrogate.fast_sigmoid(slope=OFFICIAL_SLOPE))
+    assert lif.threshold.item() == OFFICIAL_THRESHOLD  # snntorch's default, as the official
+    mem, prev, want = lif.init_leaky(), None, []
+    for t in range(x.shape[1]):  # the official loop, layer 1
+        cur = torch.nn.functional.max_pool2d(layer.conv(x[:, t]), 2)
+        if prev is not None:
+            cur = cur + layer.rec(prev)
+        prev, mem = lif(cur, mem)
+        want.append(prev)
+    want = torch.stack(want, dim=1)
+    got = layer(x)
+    assert torch.equal(got, want) and 0.05 < want.mean() < 0.9
+    grad = torch.randn_like(want)
+    for g, w in zip(torch.autograd.grad(got, [x, *layer.parameters()], grad),
+                    torch.autograd.grad(want, [x, *layer.parameters()], grad), strict=True):
+        assert w.abs().max() > 0
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4 * w.abs().max().item())

@@ -331,3 +331,29 @@ def test_fit_gives_the_task_s_first_scale_to_the_grad_scaler():
           pytest.raises(RuntimeError, match="stop")):
         loop.fit(task, None, None, None, None, 1)
     assert made.call_args.kwargs["init_scale"] == ms.GRAD_SCALE
+
+
+def test_the_frame_cache_workers_start_as_the_device_says(tmp_path, monkeypatch):
+    """`datasets(s, warm=True)`, the workload's own call: on a Colab TPU (2 workers from a
+    forkserver, as `choose_device` chooses there) the frame cache's workers start from the
+    forkserver, not by a fork of the training process."""
+    from lib.data import event_cache
+    from lib.runtime.device import Probe, choose_device
+    from lib.runtime.platforms import get_platform
+
+    asked = []
+    real_loader = event_cache.DataLoader
+
+    def loader(*args, **kwargs):  # what warm_cache asks for, framed here without workers
+        context = kwargs["multiprocessing_context"]
+        asked.append((kwargs["num_workers"], context and context.get_start_method()))
+        return real_loader(*args, **{**kwargs, "num_workers": 0,
+                                     "multiprocessing_context": None})
+
+    monkeypatch.setattr(event_cache, "DataLoader", loader)
+    cfg = make(PLATFORM="colab_tpu", SAMPLE_DATA=True, SMOKE=True)
+    xla = choose_device("xla", get_platform("colab_tpu"), Probe(xla_installed=True), environ={})
+    s = SimpleNamespace(cfg=cfg, choice=xla, data_dir=tmp_path / "data", out_dir=tmp_path,
+                        storage=SimpleNamespace(prepared=None))
+    _, _, info = ms.datasets(s, warm=True)
+    assert info["framed_now"] > 0 and asked and set(asked) == {(2, "forkserver")}, asked

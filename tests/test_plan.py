@@ -18,7 +18,7 @@ import pytest
 
 from lib.cli.main import main
 from lib.cli.plan import quotas
-from lib.cli.plan.solve import EPS, Infeasible, Platform, Pool, Run, plans
+from lib.cli.plan.solve import EPS, Infeasible, Plan, Platform, Pool, Run, Session, plans
 
 START = "2026-12-01T09:00"
 # The plans finish at most this much later than the best schedule an exhaustive search finds
@@ -228,15 +228,35 @@ def test_every_limit_holds_on_random_cases_and_plans_are_deterministic():
             assert violations(plan, runs, platforms, pools, 24 * 28) == []
 
 
-def test_the_checks_catch_a_broken_plan():
-    """The rule checker itself: a plan with each mistake planted is caught."""
-    runs, platforms, pools = kaggle_like(random.Random(3), 3)
-    plan = plans(runs, platforms, pools, 24 * 28)[0]
-    s = plan.sessions[0]
-    from dataclasses import replace
+# A hand-made case for the checker: runs a (4 epochs) and b (1), an hour an epoch; "d" in a
+# daily pool of 4 h resetting at hour 10, one session at once, 3 h sessions; "o" unlimited.
+# A plan keeping every rule, then the same plan with one mistake each, and the line it gets.
+S = Session
+GOOD = [S("a", "d", 0, 3, 3), S("a", "o", 3, 4, 1), S("b", "o", 0, 1, 1)]
+BROKEN = {
+    "session limit": ([S("a", "d", 0, 4, 4), GOOD[2]], "over its session limit"),
+    "epochs' length": ([S("a", "d", 0, 2.5, 3), *GOOD[1:]], "not its epochs' length"),
+    "reset": ([S("a", "d", 8, 11, 3), S("a", "o", 11, 12, 1), GOOD[2]], "crosses a reset"),
+    "horizon": ([GOOD[0], S("a", "o", 47.5, 48.5, 1), GOOD[2]], "past the horizon"),
+    "epochs": (GOOD[:2], "b: 0 of 1 epochs"),
+    "at once": ([GOOD[0], GOOD[1], S("b", "d", 1, 2, 1)], "day: 2 sessions at once at 1"),
+    "quota": ([GOOD[0], S("a", "d", 3, 4, 1), S("b", "d", 4, 5, 1)], "day period 0: 5.00 h "
+              "over 4.0"),
+    "overlap": ([GOOD[0], S("a", "o", 2, 3, 1), GOOD[2]], "a's sessions overlap"),
+}
 
-    plan.sessions.append(replace(s, epochs=0, end=s.start + 0.5))  # overlaps its own run
-    assert any("overlap" in line for line in violations(plan, runs, platforms, pools, 672))
+
+@pytest.mark.parametrize("mistake", BROKEN)
+def test_the_checks_catch_a_broken_plan(mistake):
+    """The rule checker itself: the plan keeping every rule passes, the plan with each
+    mistake planted is caught by that mistake's line and no other."""
+    pools = {"day": Pool("day", 4.0, "day", 10.0), "own": Pool("own", concurrent=2)}
+    platforms = [Platform("d", "day", 3.0, 0.0), Platform("o", "own")]
+    runs = [Run("a", 4, {"d": 3600, "o": 3600}), Run("b", 1, {"d": 3600, "o": 3600})]
+    assert violations(Plan(GOOD, ("d", "o")), runs, platforms, pools, 48) == []
+    sessions, line = BROKEN[mistake]
+    found = violations(Plan(sessions, ("d", "o")), runs, platforms, pools, 48)
+    assert len(found) == 1 and line in found[0], found
 
 
 def cli(*args) -> tuple[int, str, str]:

@@ -28,6 +28,14 @@ def test_epoch_line_is_a_formatted_row():
     assert noted == "epoch 1/2  test_acc 50.00%  (synthetic sample)  9 samples/s  ETA 0.0 min"
 
 
+@pytest.mark.parametrize("per_s, shown", [(705.4, "705"), (10.0, "10"), (9.44, "9.4"),
+                                          (0.3, "0.3"), (0.034, "0.034"), (1.0, "1")])
+def test_a_slow_epochs_rate_keeps_two_significant_digits(per_s, shown):
+    """A real model's sample epoch on a CPU (0.3 samples/s) never reads `0 samples/s`."""
+    row = progress.epoch_line({"epoch": 1, "samples_per_s": per_s}, 2, "1 h")
+    assert row == f"epoch 1/2  {shown} samples/s  ETA 1 h"
+
+
 class _Stream:
     def __init__(self, tty):
         self.tty = tty

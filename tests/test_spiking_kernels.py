@@ -145,16 +145,44 @@ def test_torch_compile_sees_one_op_each_way():
         graphs.append([str(n.target) for n in gm.graph.nodes if n.op == "call_function"])
         return make_boxed_func(gm)
 
-    cur, weight, bias, beta, thr, _ = op_inputs("C20-two-blocks", torch.float32)
-    cur, weight, bias = (x.float().requires_grad_() for x in (cur, weight, bias))
+    cur, weight, bias, beta, thr, grad = op_inputs("C20-two-blocks", torch.float32)
+    inputs = [x.float().requires_grad_() for x in (cur, weight, bias)]
+    eager = torch.autograd.grad(lif_multistep(*inputs, beta, thr, 25.0), inputs, grad)
     torch._dynamo.reset()
     fn = torch.compile(lambda c, w, b: lif_multistep(c, w, b, beta, thr, 25.0),
                        backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
-    fn(cur, weight, bias).sum().backward()
+    compiled = torch.autograd.grad(fn(*inputs), inputs, grad)
     forward, backward = graphs
     assert forward.count("train_anywhere.lif_forward.default") == 1 and len(forward) <= 8
     assert backward.count("train_anywhere.lif_backward.default") == 1 and len(backward) <= 8
-    assert weight.grad is not None and bias.grad.abs().sum() > 0
+    for got, want in zip(compiled, eager, strict=True):  # the same op on the same inputs
+        assert want.abs().sum() > 0 and torch.equal(got, want)
+
+
+@pytest.mark.slow  # Inductor compiles C++ for the CPU: about 7 s each
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inductor_compiles_a_module_that_transposes_the_spikes(dtype):
+    """torch.compile's default backend on a leaf of currents (float32, or bf16: the 16-bit
+    leaf) whose spikes the module transposes: Inductor checks each op's outputs against its
+    fake (dtype and strides: in float32 the gradient reaches lif_backward transposed), and
+    the gradients equal eager ones."""
+    cur, weight, bias, beta, thr, _ = op_inputs("C20-two-blocks", torch.float32)
+    inputs = [cur.to(dtype).requires_grad_(), weight.float().requires_grad_(),
+              bias.float().requires_grad_()]
+    # the gradient of the (C, N, T) output: reaching the spikes (T, N, C), it is transposed
+    grad = torch.randn(cur.shape[::-1], generator=torch.Generator().manual_seed(2)).to(dtype)
+
+    def module(c, w, b):
+        spikes = lif_multistep(c, w, b, beta, thr, 25.0, path="portable")
+        return spikes.transpose(0, 2).contiguous().mul(2)
+
+    eager = torch.autograd.grad(module(*inputs), inputs, grad)
+    torch._dynamo.reset()
+    compiled = torch.autograd.grad(torch.compile(module, fullgraph=True)(*inputs), inputs, grad)
+    assert [g.dtype for g in compiled] == [dtype, torch.float32, torch.float32]
+    for got, want in zip(compiled, eager, strict=True):
+        assert want.abs().sum() > 0
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def test_the_dispatch_rule(monkeypatch):
@@ -211,17 +239,28 @@ def test_under_autocast_the_op_keeps_its_own_precision():
     assert torch.equal(grads[0], grads[1])
 
 
+def _strided(x: torch.Tensor) -> torch.Tensor:
+    """The same values in a non-contiguous layout (a transposed copy, transposed back)."""
+    return x.transpose(0, -1).contiguous().transpose(0, -1)
+
+
 @pytest.mark.slow  # torch's four registration checks trace the op several times: a few seconds
-def test_the_ops_pass_torchs_custom_op_checks():
-    """Schema, fake (meta) outputs of the right shapes and dtypes, the autograd registration
-    and AOT dispatch with dynamic shapes: what torch.compile relies on."""
+@pytest.mark.parametrize("dtype, wdtype", [(torch.float32, torch.float32),
+                                           (torch.bfloat16, torch.float32),  # bf16 autocast
+                                           (torch.float16, torch.float16)])
+def test_the_ops_pass_torchs_custom_op_checks(dtype, wdtype):
+    """Schema, fake (meta) outputs of the right shapes, dtypes and strides, the autograd
+    registration and AOT dispatch with dynamic shapes: what torch.compile relies on; in
+    16 bits, on non-contiguous currents, weights and gradients."""
     from lib.kernels.lif import lif_backward, lif_forward
 
     cur, w, b, beta, thr, grad = op_inputs("odd", torch.float32)
-    cur, w, b = (x.float().requires_grad_() for x in (cur, w, b))
+    cur, w, grad = _strided(cur.to(dtype)), _strided(w.to(wdtype)), _strided(grad.to(dtype))
+    assert not (cur.is_contiguous() or w.is_contiguous() or grad.is_contiguous())
+    cur, w, b = (x.requires_grad_() for x in (cur, w, b.to(wdtype)))
     ok = {k: "SUCCESS" for k in ("test_schema", "test_autograd_registration",
                                  "test_faketensor", "test_aot_dispatch_dynamic")}
     assert torch.library.opcheck(lif_forward, (cur, w, b, beta, thr, 25.0, "portable")) == ok
     mem = lif_forward(cur, w, b, beta, thr, 25.0, "portable")[1].detach()
-    assert torch.library.opcheck(lif_backward, (grad.float(), mem, w.detach(), beta, thr, 25.0,
+    assert torch.library.opcheck(lif_backward, (grad, mem, w.detach(), beta, thr, 25.0,
                                                 "portable")) == ok

@@ -315,6 +315,13 @@ TOKEN = "tok3n-Pl4nted"
     (f"ConnectionError: GET https://me:{TOKEN}@h/api?token={TOKEN} failed (timeout)",
      "ConnectionError: GET https://***@h/api?token=*** failed (timeout)"),
     (f"bad request: refresh_token={TOKEN}&grant=x", "bad request: refresh_token=***&grant=x"),
+    # each key SECRET_KEY names that no case above reaches: one case per key
+    (f"https://h/?auth={TOKEN}&a=1", "https://h/?auth=***&a=1"),
+    (f"https://h/?pwd={TOKEN}", "https://h/?pwd=***"),
+    (f"https://h/?credential={TOKEN}", "https://h/?credential=***"),
+    (f"https://h/?session={TOKEN}", "https://h/?session=***"),
+    (f"https://h/?passwd={TOKEN}", "https://h/?passwd=***"),
+    (f"https://h/?secret={TOKEN}", "https://h/?secret=***"),
 ])
 def test_a_tracking_uri_or_error_line_is_said_without_its_secret(uri, said):
     assert trackers.redact(uri) == said
@@ -324,7 +331,8 @@ def test_a_tracking_uri_or_error_line_is_said_without_its_secret(uri, said):
 def test_a_query_token_in_the_tracking_uri_reaches_neither_the_line_nor_trackers_json(
         tmp_path, capsys, monkeypatch):
     """A tracking URI with a token in its query: the line saying the server cannot be
-    reached, and trackers.json once a server answers (a stand-in client), hold no token."""
+    reached, trackers.json once a server answers (a stand-in client), and the session's
+    last line naming a server (a password and a token in its URI) hold no secret."""
     import types
 
     import mlflow.tracking
@@ -351,11 +359,24 @@ def test_a_query_token_in_the_tracking_uri_reaches_neither_the_line_nor_trackers
         def log_batch(self, *args, **kwargs):
             pass
 
+        def set_terminated(self, run_id):
+            pass
+
     monkeypatch.setattr(mlflow.tracking, "MlflowClient", Answering)
     trackers.Trackers(["mlflow"], tmp_path, say=print).start([], facts)
     kept = json.loads((tmp_path / trackers.STATE).read_text())
     assert kept["mlflow"]["tracking_uri"] == "http://127.0.0.1:9/?token=***"
     assert TOKEN not in (tmp_path / trackers.STATE).read_text() + capsys.readouterr().out
+    # the session's last line names the server without its password or token
+    capsys.readouterr()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"https://me:{TOKEN}@mlflow.lab.org/?token={TOKEN}")
+    (tmp_path / trackers.STATE).unlink()
+    ended = trackers.Trackers(["mlflow"], tmp_path, say=print)
+    ended.start([], facts)
+    ended.close()
+    said = capsys.readouterr().out
+    assert said == ("MLflow: run abc at https://***@mlflow.lab.org/?token=*** (open it there)\n"
+                    ), said
 
 
 @pytest.mark.parametrize("value, fault", [

@@ -252,3 +252,17 @@ def test_xla_loader_workers_start_from_a_forkserver_without_the_locks_of_trainin
     assert (cuda.num_workers, cuda.worker_start) == (2, None)
     rows = torch.cat(list(make_loader(_WhoLoads(), 4, cuda, train=False, seed=0)))
     assert set(rows[:, 1].tolist()) == {os.getpid()}
+
+
+def test_xla_loader_workers_cut_to_one_by_a_small_dev_shm_still_start_from_the_forkserver():
+    """/dev/shm with room for one worker (`shm_workers` cuts 2 to 1): that one worker forks
+    from the forkserver too, in the choice `choose_device` makes and in the loader it builds."""
+    from lib.runtime.device import SHM_PER_WORKER
+
+    probe = Probe(xla_installed=True, shm_free=int(1.5 * SHM_PER_WORKER))
+    xla = choose_device("xla", get_platform("colab_tpu"), probe, environ={})
+    assert (xla.num_workers, xla.worker_start) == (1, "forkserver"), xla
+    assert any("DataLoader workers 2 -> 1" in note for note in xla.notes), xla.notes
+    loader = make_loader(_WhoLoads(), 4, xla, train=False, seed=0)
+    assert loader.num_workers == 1
+    assert loader.multiprocessing_context.get_start_method() == "forkserver"

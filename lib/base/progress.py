@@ -172,6 +172,12 @@ def format_hours(h: float) -> str:
     return f"{h * 60:.1f} min" if h < 1 else f"{h:.1f} h"
 
 
+def rate(per_s: float) -> str:
+    """A rate as a row shows it: whole numbers from 10 up (705), two significant digits below
+    (9.4, 0.3, 0.034), so a real model's slow sample epoch never reads 0."""
+    return f"{per_s:.0f}" if per_s >= 10 else f"{per_s:.2g}"
+
+
 def epoch_line(record: dict, epochs: int, eta: str | None = None,
                note: str | None = None) -> str:
     """`epoch 3/14  train_loss 0.412  test_acc 87.10%  705 samples/s  ETA 4.1 min`: the row of
@@ -188,6 +194,6 @@ def epoch_line(record: dict, epochs: int, eta: str | None = None,
     if note:
         parts.append(f"({note})")
     if "samples_per_s" in record:
-        parts.append(f"{record['samples_per_s']:.0f} samples/s")
+        parts.append(f"{rate(record['samples_per_s'])} samples/s")
     parts.append(f"ETA {eta}")
     return "  ".join(parts)

@@ -10,7 +10,12 @@ Paths, chosen in `choose_path` only: "triton" (CUDA sm_70+ with triton importabl
 looping over T forward, one backward), "portable" (everywhere else: CPU, MPS, a P100), and
 "reference" on XLA (torch_xla runs no custom op of ours: it traces the plain loop, as before).
 `LIF_PATH_ENV` or the `path` argument forces one ("triton" on CPU tensors needs
-TRITON_INTERPRET=1 set before triton is imported: the tests count and check the CUDA path so).
+TRITON_INTERPRET=1 set before triton is imported: the tests count and check the CUDA path so);
+a value it cannot run here is refused in one line (`check_path_env` at a run's start).
+
+The fused paths have a first derivative only (hand-written backward kernels): a second
+backward through them (create_graph=True, then backward again) is refused in one line that
+names the reference path, whose autograd loop has one.
 """
 
 from __future__ import annotations
@@ -37,18 +42,28 @@ def triton_available() -> bool:
     return True
 
 
+def check_path_env() -> None:
+    """Refuse a LIF_PATH_ENV value that is none of PATHS, in one line (a run's config calls
+    this before anything starts)."""
+    value = os.environ.get(LIF_PATH_ENV)
+    if value and value not in PATHS:
+        raise ConfigError(f"{LIF_PATH_ENV}={value!r} is not one of {PATHS}; unset it or use "
+                          "'auto'.")
+
+
 def choose_path(device: torch.device, path: str | None = None,
                 dtype: torch.dtype = torch.float32) -> str:
     """The kernel for `dtype` tensors on `device`: `path` or LIF_PATH_ENV if set (not "auto"),
     else triton on CUDA with compute capability >= 7.0 (float64 aside: few GPUs have fast
-    float64 dots), reference on XLA, portable elsewhere."""
+    float64 dots), reference on XLA, portable elsewhere. A forced path this device cannot run
+    is a ConfigError naming what to use instead."""
+    if path is None:
+        check_path_env()
     path = path or os.environ.get(LIF_PATH_ENV) or "auto"
     if path not in PATHS:
-        raise ConfigError(f"{LIF_PATH_ENV}={path!r} is not one of {PATHS}; unset it or use "
-                          "'auto'.")
-    if path == "triton" and device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ConfigError("the triton path on CPU tensors runs only under Triton's interpreter; "
-                          "set TRITON_INTERPRET=1 before Python starts, or use 'portable'.")
+        raise ConfigError(f"path={path!r} is not one of {PATHS}; pass one of them or None.")
+    if path == "triton":
+        _check_triton(device)
     if path != "auto":
         return path
     if device.type == "xla":
@@ -57,6 +72,33 @@ def choose_path(device: torch.device, path: str | None = None,
             and torch.cuda.get_device_capability(device) >= (7, 0) and triton_available()):
         return "triton"
     return "portable"
+
+
+def _check_triton(device: torch.device) -> None:
+    forced = f"the triton LIF path ({LIF_PATH_ENV} or path='triton')"
+    if device.type not in ("cuda", "cpu"):
+        other = "reference" if device.type == "xla" else "portable"
+        raise ConfigError(f"{forced} runs on CUDA GPUs only, not on {device.type}; use "
+                          f"'{other}' or 'auto' there.")
+    if not triton_available():
+        raise ConfigError(f"{forced} needs the triton package, which is not installed here; "
+                          "`pip install triton` on a CUDA machine, or use 'portable' or 'auto'.")
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ConfigError("the triton path on CPU tensors runs only under Triton's interpreter; "
+                          "set TRITON_INTERPRET=1 before Python starts, or use 'portable'.")
+
+
+def describe_path(device: torch.device) -> str:
+    """Which path the run's LIF layers take on `device`, and why, for its device line."""
+    forced = os.environ.get(LIF_PATH_ENV)
+    why = f"{LIF_PATH_ENV}={forced}" if forced and forced != "auto" else "auto"
+    return f"LIF path {choose_path(device)} ({why})"
+
+
+def lif_notes(device_type: str) -> tuple[str, ...]:
+    """`RunConfig.device_notes` of a workload with LIF layers: the path they take on
+    `device_type`; a ConfigError where a forced path cannot run there."""
+    return (describe_path(torch.device(device_type)),)
 
 
 def _kernels(path: str):
@@ -79,8 +121,9 @@ lif_forward = torch.library.custom_op("train_anywhere::lif_forward", _forward, m
 
 @lif_forward.register_fake
 def _(cur, weight, bias, beta, threshold, slope, path):
-    return torch.empty_like(cur), torch.empty_like(cur, dtype=lif_portable.compute_dtype(
-        cur.dtype))
+    # contiguous, as every path returns them (empty_like would keep a transposed cur's strides)
+    return cur.new_empty(cur.shape), cur.new_empty(
+        cur.shape, dtype=lif_portable.compute_dtype(cur.dtype))
 
 
 def _backward_op(grad: torch.Tensor, mem: torch.Tensor, weight: torch.Tensor, beta: float,
@@ -100,7 +143,23 @@ IMPLEMENTATIONS = {"lif_forward": _forward, "lif_backward": _backward_op}
 
 @lif_backward.register_fake
 def _(grad, mem, weight, beta, threshold, slope, path):
-    return torch.empty_like(grad), torch.empty_like(weight), weight.new_empty(weight.shape[0])
+    # d cur contiguous in grad's dtype (the input's), whatever the strides grad arrives in
+    return grad.new_empty(grad.shape), weight.new_empty(weight.shape), weight.new_empty(
+        weight.shape[0])
+
+
+def _no_second_derivative(ctx, *grads):
+    raise NotImplementedError(
+        f"lif_multistep's {ctx.path} path has a first derivative only (its backward is a "
+        f"hand-written kernel); for a second backward (create_graph=True) set {LIF_PATH_ENV}="
+        "reference (or path='reference'): autograd through the plain loop.")
+
+
+def _setup_backward_context(ctx, inputs, output) -> None:
+    ctx.path = inputs[-1]
+
+
+lif_backward.register_autograd(_no_second_derivative, setup_context=_setup_backward_context)
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -121,16 +180,23 @@ def _backward(ctx, grad_spk, _grad_mem):
 lif_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
-def lif_multistep(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: float,
-                  threshold: float, slope: float, path: str | None = None) -> torch.Tensor:
-    """Spikes (T, N, C) in cur's dtype of the LIF recurrence (module docstring), beta in
-    [0, 1] (the caller's config checks it), threshold > 0; `path` forces a kernel (PATHS), None
-    lets `choose_path` pick by device and dtype."""
+def lif_multistep(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  beta: float, threshold: float, slope: float,
+                  path: str | None = None) -> torch.Tensor:
+    """Spikes (T, N, C) in cur's dtype of the LIF recurrence (module docstring), T >= 1;
+    `bias` None: zeros; beta clamped to [0, 1] as snntorch's Leaky clamps it; threshold > 0;
+    `path` forces a kernel (PATHS), None lets `choose_path` pick by device and dtype."""
+    if bias is None:
+        bias = weight.new_zeros(weight.shape[:1])
     if cur.dim() != 3 or weight.shape != (cur.shape[2], cur.shape[2]) or bias.shape != (
             cur.shape[2],):
         raise ConfigError(f"lif_multistep got currents {tuple(cur.shape)}, weight "
                           f"{tuple(weight.shape)}, bias {tuple(bias.shape)}; expected (T, N, C), "
                           "(C, C) and (C,): flatten pixels into N and the 1x1 conv's weight.")
+    if cur.shape[0] == 0:  # the Triton kernel would read and write out of bounds
+        raise ConfigError(f"lif_multistep got currents {tuple(cur.shape)}: T = 0 time steps; "
+                          "expected T >= 1 (give the input at least one frame).")
+    beta = min(max(float(beta), 0.0), 1.0)  # snntorch's Leaky: beta.clamp(0, 1) each step
     if threshold <= 0:
         raise ConfigError(f"threshold={threshold} must be > 0 (the reset at t = 0 assumes "
                           "U_-1 = 0 is below it); use a positive threshold such as 1.0.")

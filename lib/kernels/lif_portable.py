@@ -22,7 +22,8 @@ def forward(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, beta: f
             threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(spikes in cur's dtype, membranes U in the compute dtype), both (T, N, C)."""
     dt = compute_dtype(cur.dtype)
-    mem = torch.add(cur, bias.to(dt))  # I_t + b in the compute dtype: the t > 0 steps' start
+    # I_t + b in the compute dtype: the t > 0 steps' start; contiguous whatever cur's strides
+    mem = torch.add(cur, bias.to(dt), out=cur.new_empty(cur.shape, dtype=dt))
     mem[0] = cur[0]  # no recurrent term, not even its bias, at t = 0
     spk = torch.empty_like(mem)
     # reset_t has the value of S_{t-1} (both are [U_{t-1} > thr]), so the subtractive reset

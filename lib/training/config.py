@@ -265,6 +265,11 @@ class RunConfig:
         params = {k: v for k, v in self.to_dict().items() if k not in self.run_settings()}
         return {"workload": self.WORKLOAD, **params, "global_batch_size": global_batch}
 
+    def device_notes(self, device_type: str) -> tuple[str, ...]:
+        """What the run's device line adds for this workload on `device_type` (a workload
+        with its own kernels says which ran); none by default."""
+        return ()
+
     def note(self) -> str | None:
         """What every epoch row of this run says beside its numbers ("synthetic sample")."""
         from lib.data.samples import NOTE

@@ -30,9 +30,8 @@ from lib.data.events import (
     pad_collate,
     warm_cache,
 )
-from lib.data.events import (
-    build_datasets as event_datasets,
-)
+from lib.data.events import build_datasets as event_datasets
+from lib.models import mamba_spike as spiking
 from lib.models.mamba_spike import (
     PRESETS,
     MambaSpike,
@@ -81,6 +80,7 @@ class MambaSpikeRunConfig(RunConfig):
 
     WORKLOAD = "mamba_spike"
     SCHEDULE_SPANS_EPOCHS = True  # cosine annealing over all EPOCHS
+    device_notes = staticmethod(spiking.lif_notes)  # the device line names the spiking layers' path
     BATCH_SIZES = {"cuda": 16, "xla": 32, "mps": 8}  # DVS Gesture's; scaled per DATASET
     # CPU, measured: 1.56x / 1.50x / 1.53x at T = 20 / 60 / 300, compiling in 186 / 451 /
     # 2,346 s: at T = 300, batch 8, repaid in ~1,350 steps, a fifth of one N-MNIST epoch: on.
@@ -102,6 +102,7 @@ class MambaSpikeRunConfig(RunConfig):
     spike_channels: int | None = None
 
     def validate(self) -> None:
+        spiking.check_path_env()  # TA_LIF_PATH, before anything starts
         self._choice("dataset", self.dataset, NAMES)
         for name in ("n_time_bins", "dt_us", "fixed_t", "downsample", *SIZE_OVERRIDES):
             value = getattr(self, name)
@@ -152,8 +153,7 @@ class MambaSpikeRunConfig(RunConfig):
         if bins is None and self.dt_us is None:
             bins = SMOKE_TIME_BINS if self.smoke else OFFICIAL_TIME_BINS[self.dataset]
         return dict(n_time_bins=bins, dt_us=self.dt_us, fixed_t=self.fixed_t,
-                    downsample=self.resolved_downsample(),
-                    denoise_us=self.denoise_us or None)
+                    downsample=self.resolved_downsample(), denoise_us=self.denoise_us or None)
 
     def batch_scale(self) -> float:
         """BATCH_SIZES (DVS Gesture's) scaled by DATASET's official ratio."""
