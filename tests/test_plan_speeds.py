@@ -174,3 +174,18 @@ def test_report_names_the_device_a_session_ran_on_beside_the_platform_it_ran_as(
 
     names = sorted(per_platform(timed_sessions(smoke_run)))
     assert names == [f"colab_t4 on this CPU ({cpu_here()})", "local"]
+
+
+def test_reports_table_shows_a_slow_real_models_rate_not_zero(smoke_run, tmp_path):
+    """A real model's sample epoch on a CPU runs at a fraction of a sample a second: the
+    report's samples/s column says 0.3, never 0 (issue 60's `0 samples/s`)."""
+    from lib.cli.speed import table
+
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    rows = rows_of(run)
+    for row in rows:
+        row["samples_per_s"] = 0.3
+    (run / "sessions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    body = [line.split("|") for line in table(run).splitlines() if line.startswith("| local")]
+    assert body and body[0][5].strip() == "0.3", table(run)

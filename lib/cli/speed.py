@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lib.base.progress import rate
 from lib.cli.execute import fmt_duration
 from lib.runs.identity import SESSIONS, read_sessions
 from lib.runs.records import read_jsonl
@@ -87,5 +88,5 @@ def table(out: Path) -> str:
     for name, p in sorted(measured.items(), key=lambda kv: kv[1]["per_epoch"]):
         eta = fmt_duration(left * p["per_epoch"]) if left else "none: finished"
         lines.append(f"| {name} | {p['sessions']} | {p['epochs']} | {p['per_epoch']:.1f} | "
-                     f"{p['samples_per_s']:.0f} | {eta} |")
+                     f"{rate(p['samples_per_s'])} | {eta} |")
     return "\n".join(lines)
