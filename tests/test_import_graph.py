@@ -119,6 +119,8 @@ LAYERS: dict[str, set[str]] = {
     "study": {"base", "runs", "training", "data", "plots"},
     "session": {"base", "runtime", "runs", "data", "training"},
     "launch": {"base", "runtime", "runs", "session"},
+    # `train-anywhere measure`'s steps, in a process the command line starts (lib/measure.py)
+    "measure": {"base", "runtime", "runs", "training", "session", "workloads", "cli"},
     "workloads": {"base", "runtime", "runs", "data", "models", "losses", "training", "study",
                   "plots", "session", "launch"},
     "bootstrap": {"base", "runtime"},  # found by path before anything is installed

@@ -170,7 +170,8 @@ def test_measure_times_real_steps_here_and_plan_then_plans(smoke_run, tmp_path):
 
 
 def test_report_names_the_device_a_session_ran_on_beside_the_platform_it_ran_as(smoke_run):
-    from lib.cli.speed import per_platform, timed_sessions
+    from lib.cli.speed import per_platform
+    from lib.runs.identity import timed_sessions
 
     names = sorted(per_platform(timed_sessions(smoke_run)))
     assert names == [f"colab_t4 on this CPU ({cpu_here()})", "local"]
@@ -189,3 +190,15 @@ def test_reports_table_shows_a_slow_real_models_rate_not_zero(smoke_run, tmp_pat
     (run / "sessions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     body = [line.split("|") for line in table(run).splitlines() if line.startswith("| local")]
     assert body and body[0][5].strip() == "0.3", table(run)
+
+
+def test_measure_says_a_missing_dataset_in_one_line_from_its_own_process(tmp_path, capfd):
+    """The steps run in a process of their own (the command line loads no session): a user's
+    mistake there is still the command's one line and exit 2, and nothing is recorded."""
+    missing = tmp_path / "no-such-data"
+    rc = main(["measure", "fashion_mnist", "-p", "DATA_DIR", str(missing), "--steps", "1",
+               "--out", str(tmp_path / "speed")])
+    err = capfd.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith("train-anywhere measure: ") and str(missing) in err[0], err
+    assert not (tmp_path / "speed" / "sessions.jsonl").exists()

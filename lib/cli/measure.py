@@ -23,18 +23,28 @@ to the full dataset's epoch (lib/cli/plan/speeds.py).
 
 from __future__ import annotations
 
-import itertools
-import time
-from datetime import UTC, datetime
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 from lib.cli.params import UsageError, collect_overrides, resolve_params
+from lib.runs.identity import timed_sessions
 
 DEFAULT_OUT = "runs/speed-local"
 
 
+class Unmeasured(Exception):
+    """The measuring process ended without a row; it said why, in its own line."""
+
+    def __init__(self, returncode: int):
+        super().__init__(returncode)
+        self.returncode = returncode
+
+
 def measure(workload: str, pairs, steps: int, warmup: int, out: Path) -> dict:
-    """Measure (module doc); the row written."""
+    """Check the request here (one line for a mistake), measure in a process of its own
+    (lib/measure.py), and return the row it recorded, with its folder."""
     overrides = collect_overrides(pairs)
     if overrides.get("SMOKE"):
         raise UsageError("measure times the real model: SMOKE trains a smaller one, whose speed "
@@ -43,86 +53,26 @@ def measure(workload: str, pairs, steps: int, warmup: int, out: Path) -> dict:
     if steps < 1 or warmup < 0:
         raise UsageError(f"--steps {steps} --warmup {warmup}: expected --steps 1 or more and "
                          "--warmup 0 or more, e.g. --steps 5 --warmup 2.")
-    asked = overrides.get("COMPILE")
-    overrides.update(EPOCHS=1, OUT_DIR=str(out), COMPILE=False if asked is None else asked)
-    _, cfg = resolve_params(workload, overrides.pop("PLATFORM", "local"), overrides)
-    import importlib
-
-    from lib import session
-    from lib.runs import identity
-    from lib.runtime import environment
-    from lib.workloads import get
-
-    module = importlib.import_module(f"lib.workloads.{workload}")
-    if cfg.GRID:  # a grid's first run, in its own folder, as the grid would train it
-        if not (hasattr(module, "plan") and hasattr(module, "cell_session")):
-            raise UsageError(f"{workload} trains a grid of runs and names none to measure; "
-                             "measure it with train-anywhere run and one epoch.")
-        grid = session.start(cfg, runtime="local")
-        s = module.cell_session(grid, module.plan(cfg)[0])
-    else:
-        s = session.start(cfg, runtime="local", grid=False)
-    timings: dict = {}
-
-    def timed_fit(loaders, task, model_config):
-        timings.update(_time_steps(s, loaders[0], task, steps, warmup), model=model_config,
-                       auto=compile_auto(s))
-        return []
-
-    s.fit = timed_fit  # the workload builds its model, data and loaders as it trains
-    started = datetime.now(UTC)
-    get(workload).train(s)
-    row = dict(s.resolved(), platform=cfg.platform, epochs=0, from_epoch=1,
-               timed=s.timed(timings["model"]), **environment.facts(s.choice.type),
-               started_at=started.isoformat(timespec="seconds"),
-               ended_at=datetime.now(UTC).isoformat(timespec="seconds"), epochs_trained=0,
-               measured_steps=steps, warmup_steps=warmup, compiled=timings["compiled"],
-               compile_auto=timings["auto"],
-               samples_per_s=round(timings["samples_per_s"], 3),
-               seconds_per_epoch=round(timings["epoch_samples"] / timings["samples_per_s"], 3),
-               epoch_samples=timings["epoch_samples"])
-    identity.append_session(s.out_dir, row)
-    return dict(row, folder=s.out_dir)
-
-
-def compile_auto(s) -> bool:
-    """Whether COMPILE "auto" compiles this workload on this device."""
-    from lib.runtime import compile
-
-    return compile.decide("auto", s.cfg, s.choice, False, s.cfg.varying_shapes())[0]
-
-
-def _time_steps(s, loader, task, steps: int, warmup: int) -> dict:
-    """Samples per second of `steps` training steps after `warmup` untimed ones."""
-    from lib.runtime import compile
-    from lib.training.backend import Backend
-
-    on, _ = compile.decide(s.cfg.compile, s.cfg, s.choice, False, s.cfg.varying_shapes())
-    compile.apply(task.model, on)
-    backend = Backend(s.choice, s.device, s.dist, s.plan)
-    backend.prepare(task.model)
-    task.model.train()
-
-    def batches():
-        for epoch in itertools.count():
-            loader.sampler.set_epoch(epoch, 0)
-            yield from backend.loader(loader)
-
-    seen, t0 = 0, None
-    for i, batch in enumerate(itertools.islice(batches(), warmup + steps)):
-        if i == warmup:
-            t0 = time.perf_counter()
-        loss, n = backend.train_step(task, batch)
-        float(loss)  # the step done on the device, not only queued
-        seen += n if i >= warmup else 0
-    seconds = time.perf_counter() - t0
-    return {"samples_per_s": seen / max(seconds, 1e-9), "compiled": on,
-            "epoch_samples": len(loader) * s.batch_size * s.devices}
+    resolve_params(workload, overrides.get("PLATFORM", "local"), dict(overrides))  # names, types
+    before = {folder: len(rows) for folder, rows in timed_sessions(out)}
+    sys.stdout.flush()
+    done = subprocess.run([sys.executable, "-m", "lib.measure", workload, str(steps),
+                           str(warmup), str(out), json.dumps(overrides)])
+    # the row is in `out`, or in a grid's first run's folder under it
+    grown = [(folder, rows) for folder, rows in timed_sessions(out)
+             if len(rows) > before.get(folder, 0)]
+    if done.returncode or not grown:
+        raise Unmeasured(done.returncode or 1)
+    folder, rows = grown[0]
+    return dict(rows[-1], folder=folder)
 
 
 def cmd_measure(args) -> int:
     out = Path(args.out).expanduser().resolve()
-    row = measure(args.workload, args.param, args.steps, args.warmup, out)
+    try:
+        row = measure(args.workload, args.param, args.steps, args.warmup, out)
+    except Unmeasured as failed:
+        return failed.returncode
     what = "the sample" if row["timed"]["sample_data"] else "the data in DATA_DIR"
     compiled = ("compiled; the compile was in the warm-up, left out" if row["compiled"] else
                 "eager; COMPILE \"auto\" compiles here, so a run's steps are faster: -p COMPILE "

@@ -13,18 +13,8 @@ from pathlib import Path
 
 from lib.base.progress import rate
 from lib.cli.execute import fmt_duration
-from lib.runs.identity import SESSIONS, read_sessions
+from lib.runs.identity import timed_sessions
 from lib.runs.records import read_jsonl
-
-
-def timed_sessions(out: Path) -> list[tuple[Path, list[dict]]]:
-    """(run folder, its sessions) of every run under `out` that recorded a session."""
-    found = []
-    for path in sorted(Path(out).rglob(SESSIONS)):
-        rows = read_sessions(path.parent)
-        if rows:
-            found.append((path.parent, rows))
-    return found
 
 
 def epochs_left(runs: list[tuple[Path, list[dict]]]) -> int:

@@ -168,6 +168,16 @@ def read_sessions(run_dir: Path) -> list[dict]:
     return [environment.readable(json.loads(line)) for line in lines if line.strip()]
 
 
+def timed_sessions(out: Path) -> list[tuple[Path, list[dict]]]:
+    """(run folder, its sessions) of every run under `out` that recorded a session."""
+    found = []
+    for path in sorted(Path(out).rglob(SESSIONS)):
+        rows = read_sessions(path.parent)
+        if rows:
+            found.append((path.parent, rows))
+    return found
+
+
 def sessions_table(run_dir: Path) -> str:
     """A Markdown table of the sessions that trained the run, one row each: the epochs it
     trained (from its first to the next session's first), where and with what; "" when

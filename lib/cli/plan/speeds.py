@@ -27,8 +27,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from lib.cli.speed import timed_sessions
-from lib.runs.identity import read_config
+from lib.runs.identity import read_config, timed_sessions
 from lib.runs.records import read_jsonl
 
 DATA = Path(__file__).with_name("speeds.toml")

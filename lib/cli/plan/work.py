@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lib.cli.params import UsageError
 from lib.cli.plan.speeds import Target, full_samples, params_of, run_samples, settings_of
-from lib.cli.speed import timed_sessions
+from lib.runs.identity import timed_sessions
 from lib.runs.records import read_jsonl
 
 
