@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import platform
 import shutil
@@ -247,6 +248,8 @@ class InductorCache:
         if (tag := _usable(self.run_dir, "inductor", inductor_identity(self.device_type),
                            self.log)) is None:
             return False
+        quiet = logging.getLogger("torch.compiler._cache")  # its traceback: our one line
+        level, quiet.level = quiet.level, logging.CRITICAL
         try:
             artifacts = _unpack_inductor(blob_path(self.run_dir, "inductor").read_bytes(),
                                          _inductor_dir())
@@ -255,6 +258,8 @@ class InductorCache:
             info, why = None, f"{type(exc).__name__}: {exc}"
         else:
             why = "torch could not read it"
+        finally:
+            quiet.setLevel(level)
         if info is None:
             self.log(f"compile cache (inductor) in {folder(self.run_dir)} ignored: {why}; "
                      "compiling afresh")
@@ -297,8 +302,12 @@ class XlaCache:
     the run's verified executables are copied to a folder on this machine, which torch_xla
     reads and writes (`lib.runtime.xla.init_cache`); `save()` copies new ones back."""
 
-    def __init__(self, run_dir: Path, log=print, main: bool = True) -> None:
+    def __init__(self, run_dir: Path, log=print, main: bool = True,
+                 feed: bool | None = None) -> None:
         self.run_dir, self.log, self.main = Path(run_dir), log, main
+        # hand the carried executables to torch_xla; None: unless its client is the CPU's,
+        # which cannot load one (it logs a warning for each, then compiles it)
+        self.feed = feed
         self.local: Path | None = None
         self.loaded = 0
         self.failures_said = False
@@ -319,7 +328,13 @@ class XlaCache:
                          "started (the cache must be set first)")
                 return False
         self.local = local
-        for name in (tag or {}).get("files", {}):
+        kept = (tag or {}).get("files", {})
+        if kept and not (self.feed if self.feed is not None else xla.device_type() != "CPU"):
+            self.log(f"compile cache: torch_xla's CPU client cannot load the {len(kept)} "
+                     "XLA executables kept in the run (\"Deserializing serialized executable "
+                     "not supported\"): compiling afresh; a TPU session loads its own")
+            kept = {}
+        for name in kept:
             if not (local / name).exists():
                 shutil.copyfile(blob_path(self.run_dir, "xla") / name, local / name)
                 self.loaded += 1
