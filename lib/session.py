@@ -23,7 +23,7 @@ import torch
 
 from lib.data.common import make_loader
 from lib.data.on_device import Augment, DeviceLoader, images_and_labels
-from lib.runs import compile_cache
+from lib.runs import compile_cache, compile_cache_xla
 from lib.runs import identity as experiment
 from lib.runs.folder import RunFolder, check_writable
 from lib.runtime import clouds, compile
@@ -58,7 +58,7 @@ class Session:
     dist: Dist = field(default_factory=Dist)
     clock: Clock = field(default_factory=lambda: Clock(time.time()))
     storage: Storage = field(default_factory=lambda: storage("local"))
-    xla_cache: compile_cache.XlaCache | None = None  # set up before the first XLA graph
+    xla_cache: compile_cache_xla.XlaCache | None = None  # set up before the first XLA graph
 
     @property
     def device(self) -> torch.device:
@@ -245,7 +245,7 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
     if dist.main and announce:
         _announce(s, available)
     if choice.type == "xla" and not grid:  # before anything compiles (a grid: per cell)
-        s.xla_cache = compile_cache.XlaCache(out_dir, main=dist.main)
+        s.xla_cache = compile_cache_xla.XlaCache(out_dir, main=dist.main)
         s.xla_cache.setup()
     if dist.main and not grid:  # the experiment, recorded before its first step
         defined = cfg.identity(s.global_batch)

@@ -39,8 +39,8 @@ def test_a_session_on_a_fresh_machine_loads_the_runs_compiled_graphs(tmp_path):
     assert len(loaded) == 1 and "loaded" in loaded[0], second["lines"]
     assert second["inductor"].get("fxgraph_cache_miss", 0) == 0
     assert second["inductor"]["fxgraph_cache_hit"] == first["inductor"]["fxgraph_cache_miss"]
-    # The kernels' C++ libraries came with the run; only Inductor's precompiled header
-    # (150 MB, once per machine) is built again.
+    # The kernels' C++ libraries and Inductor's precompiled header came with the run.
+    assert first["header_builds"] == 1 and second["header_builds"] == 0
     assert second["cpp_builds"] == 0
     print(f"\ncompile_seconds: first session {first['history'][0]['compile_seconds']:.1f}, "
           f"next on a fresh machine {second['history'][1]['compile_seconds']:.1f}")

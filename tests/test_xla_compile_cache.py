@@ -1,5 +1,5 @@
 """torch_xla's persistent cache in the run folder, as far as its CPU client allows
-(lib/runs/compile_cache.py: XlaCache). Each session is a new process: torch_xla's cache must
+(lib/runs/compile_cache_xla.py). Each session is a new process: torch_xla's cache must
 be set before the process compiles anything. What only a TPU shows (executables loaded, not
 compiled, in the next session) is said in docs/moving-a-run.md."""
 
@@ -22,7 +22,7 @@ from lib.runs import compile_cache  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 SESSION = """
 import json, sys
-from lib.runs.compile_cache import XlaCache
+from lib.runs.compile_cache_xla import XlaCache
 from lib.runs.folder import RunFolder
 from lib.runtime import xla
 from lib.runtime.device import Probe, choose_device
@@ -72,7 +72,7 @@ def test_the_xla_cache_is_saved_checked_and_carried_as_far_as_the_cpu_client_all
     said = [ln for ln in lines if ln.startswith("compile cache")]
     assert fed["failures"] > 0
     assert "Deserializing serialized executable not supported" in err
-    assert any("could not be loaded on this CPU client" in ln for ln in said)
+    assert any("could not be loaded on this CPU client" in ln for ln in said), lines
     assert sum("could not be loaded" in ln for ln in said) == 1, said
     assert fed["history"] == second["history"] and second["history"][0] == first["history"][0]
     assert compile_cache.problem(tmp_path / "fed", "xla") is None  # saved again, whole

@@ -7,11 +7,13 @@ now travels in it:
 
     compile-cache/inductor.zip   torch.compile's graphs: `torch.compiler.save_cache_artifacts()`
                                  (FX graphs, AOTAutograd entries) and, on the CPU, the C++
-                                 libraries they load and the vector-ISA probes (compiling
-                                 those is most of a cache hit's time: measured, BENCHMARKS.md)
+                                 libraries they load, the vector-ISA probes and Inductor's
+                                 precompiled header (building those is most of a cache hit's
+                                 time: measured, BENCHMARKS.md)
     compile-cache/inductor.json  its tag (below), written after it
-    compile-cache/xla/           torch_xla's persistent cache (serialized executables)
+    compile-cache/xla/           torch_xla's persistent cache (serialized executables), and
     compile-cache/xla.json       its tag, listing each file's size and SHA-256
+                                 (`lib.runs.compile_cache_xla`)
 
 A tag names what makes the cache unusable elsewhere (`identity`: torch / torch_xla version,
 Python, C library, device kind: the CPU's vector ISA, the GPU and its CUDA, the XLA device)
@@ -33,7 +35,6 @@ import logging
 import os
 import platform
 import shutil
-import tempfile
 import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,15 +43,18 @@ from lib.base import atomic
 
 FOLDER = "compile-cache"
 KINDS = ("inductor", "xla")
-# Per kind. The Fashion-MNIST CNN's Inductor cache is 0.6 MB of graphs plus 1.3 MB of C++
-# libraries (BENCHMARKS.md); a TPU executable of a few-million-parameter model is tens of MB.
-# 256 MiB holds ~100x the measured one and stays under 2% of what a run folder may hold
-# (Drive's free 15 GB, Kaggle's 20 GB of output) and a minute of Drive's upload: a bigger
-# cache is not saved (one line), and that session's graphs compile again in the next.
+# Per kind. The Fashion-MNIST CNN's Inductor cache is 27 MB on the CPU: 0.6 MB of graphs,
+# 1.3 MB of C++ libraries, 26 MB of precompiled header (the same for every model); a TPU
+# executable of a few-million-parameter model is tens of MB. 256 MiB holds several such
+# runs' graphs and stays under 2% of what a run folder may hold (Drive's free 15 GB, Kaggle's
+# 20 GB of output): a bigger cache is not saved (one line), and the next session compiles.
 CAP_BYTES = 256 * 2**20
 IDENTITY = ("torch", "torch_xla", "python", "libc", "device")  # a mismatch: not usable here
 _ARTIFACTS = "artifacts"  # torch's own bytes, inside inductor.zip
 _LIBS = "cpp/"  # C++ libraries and ISA probes, by their path under Inductor's cache dir
+# Inductor's precompiled C++ header: 150 MB (26 MB zipped), built on each new machine before
+# the first C++ kernel loads, even one that exists (13 s of a 19 s cache hit here, measured)
+_PCH = "pch/"
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # zip entries dated alike: equal content, equal bytes
 
 
@@ -206,15 +210,39 @@ def _loaded_libraries(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def pack_inductor(artifacts: bytes, root: Path) -> bytes:
-    """inductor.zip's bytes: torch's artifacts and the C++ libraries (by path under `root`)."""
+def _header_dir() -> Path:
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    return Path(default_cache_dir()) / "precompiled_headers"
+
+
+def _members(root: Path) -> list[tuple[str, Path]]:
+    """(name in inductor.zip, file) of what travels beside torch's artifacts: the loaded C++
+    libraries and ISA probes, and the newest precompiled header (this torch's; gcc checks
+    it and ignores one that does not fit)."""
+    out = [(_LIBS + p.relative_to(root).as_posix(), p) for p in _loaded_libraries(root)]
+    headers = sorted(_header_dir().glob("*.h.gch"), key=lambda p: p.stat().st_mtime)
+    if headers and headers[-1].with_suffix("").is_file():
+        out += [(_PCH + p.name, p) for p in (headers[-1].with_suffix(""), headers[-1])]
+    return out
+
+
+def _fingerprint(artifacts: bytes, members: list[tuple[str, Path]]) -> str:
+    """What inductor.zip would hold, cheaply: unchanged means no new zip to write."""
+    stats = [(name, p.stat().st_size, p.stat().st_mtime_ns) for name, p in members]
+    return _sha(artifacts + json.dumps(stats).encode())
+
+
+def pack_inductor(artifacts: bytes, members: list[tuple[str, Path]]) -> bytes:
+    """inductor.zip's bytes: torch's artifacts and `members` (`_members`)."""
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr(zipfile.ZipInfo(_ARTIFACTS, _FIXED_TIME), artifacts)
-        for path in _loaded_libraries(root):
-            info = zipfile.ZipInfo(_LIBS + path.relative_to(root).as_posix(), _FIXED_TIME)
+        for name, path in members:
+            info = zipfile.ZipInfo(name, _FIXED_TIME)
             info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, path.read_bytes())
+            with open(path, "rb") as f, z.open(info, "w") as dest:
+                shutil.copyfileobj(f, dest, 16 * 2**20)
     return out.getvalue()
 
 
@@ -223,11 +251,12 @@ def _unpack_inductor(data: bytes, root: Path) -> bytes:
     ones kept); return torch's artifacts."""
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         for name in z.namelist():
-            rel = name[len(_LIBS):]
-            if not name.startswith(_LIBS) or rel.startswith("/") or ".." in rel.split("/"):
+            base, prefix = ((root, _LIBS) if name.startswith(_LIBS) else
+                            (_header_dir(), _PCH) if name.startswith(_PCH) else (None, ""))
+            rel = name[len(prefix):]
+            if base is None or rel.startswith("/") or ".." in rel.split("/"):
                 continue
-            target = root / rel
-            if not target.exists():
+            if not (target := base / rel).exists():
                 atomic.write_bytes(target, z.read(name))
         return z.read(_ARTIFACTS)
 
@@ -277,10 +306,12 @@ class InductorCache:
         if not self.main or (saved := torch.compiler.save_cache_artifacts()) is None:
             return
         artifacts, info = saved
-        data = pack_inductor(artifacts, _inductor_dir())
+        members = _members(_inductor_dir())
         old = read_tag(self.run_dir, "inductor") or {}
-        if old.get("sha256") == _sha(data) and problem(self.run_dir, "inductor") is None:
+        fingerprint = _fingerprint(artifacts, members)
+        if old.get("fingerprint") == fingerprint and problem(self.run_dir, "inductor") is None:
             return
+        data = pack_inductor(artifacts, members)
         if len(data) > CAP_BYTES:
             if not self.cap_said:
                 self.cap_said = True
@@ -292,99 +323,5 @@ class InductorCache:
                            failpoint="compile_cache.write")
         graphs = sum(len(v) for v in info.artifacts.values())
         tag = dict(inductor_identity(self.device_type), kind="inductor", size=len(data),
-                   sha256=_sha(data), graphs=graphs, saved_at=_now())
+                   sha256=_sha(data), graphs=graphs, fingerprint=fingerprint, saved_at=_now())
         atomic.write_text(tag_path(self.run_dir, "inductor"), json.dumps(tag, indent=1))
-
-
-# torch_xla's persistent cache -----------------------------------------------------------------
-class XlaCache:
-    """torch_xla's persistent cache of one run. `setup()` before the first XLA computation:
-    the run's verified executables are copied to a folder on this machine, which torch_xla
-    reads and writes (`lib.runtime.xla.init_cache`); `save()` copies new ones back."""
-
-    def __init__(self, run_dir: Path, log=print, main: bool = True,
-                 feed: bool | None = None) -> None:
-        self.run_dir, self.log, self.main = Path(run_dir), log, main
-        # hand the carried executables to torch_xla; None: unless its client is the CPU's,
-        # which cannot load one (it logs a warning for each, then compiles it)
-        self.feed = feed
-        self.local: Path | None = None
-        self.loaded = 0
-        self.failures_said = False
-        self.cap_said = False
-
-    def setup(self) -> bool:
-        """Point torch_xla's cache at a local folder seeded from the run's; False (one line)
-        when torch_xla has compiled already in this process."""
-        from lib.runtime import xla
-
-        here = xla.cache_identity()
-        tag = _usable(self.run_dir, "xla", here, self.log)
-        local = xla.cache_dir()
-        if local is None:
-            local = Path(tempfile.mkdtemp(prefix="ta-xla-cache-"))
-            if not xla.init_cache(local, readonly=not self.main):
-                self.log("compile cache (xla) not used: torch_xla compiled before the run "
-                         "started (the cache must be set first)")
-                return False
-        self.local = local
-        kept = (tag or {}).get("files", {})
-        if kept and not (self.feed if self.feed is not None else xla.device_type() != "CPU"):
-            self.log(f"compile cache: torch_xla's CPU client cannot load the {len(kept)} "
-                     "XLA executables kept in the run (\"Deserializing serialized executable "
-                     "not supported\"): compiling afresh; a TPU session loads its own")
-            kept = {}
-        for name in kept:
-            if not (local / name).exists():
-                shutil.copyfile(blob_path(self.run_dir, "xla") / name, local / name)
-                self.loaded += 1
-        if self.loaded:
-            self.log(f"compile cache: {self.loaded} XLA executables ({_mb(tag['size'])}, saved "
-                     f"{tag.get('saved_at')}) from {folder(self.run_dir)}")
-        return True
-
-    def check(self) -> None:
-        """Once: say when torch_xla could not load the carried executables (its CPU client
-        cannot: "Deserializing serialized executable not supported"); it compiled them."""
-        from lib.runtime import xla
-
-        failed = xla.cache_failures()
-        if failed and not self.failures_said:
-            self.failures_said = True
-            self.log(f"compile cache: {failed} carried XLA executables could not be loaded "
-                     f"on this {xla.device_type() or 'XLA'} client (torch_xla's CPU client "
-                     "cannot deserialize executables; a TPU can): they were compiled again")
-
-    def save(self) -> None:
-        """Copy executables torch_xla wrote since the last save into the run folder (each
-        checked as it is copied), then the tag (main process)."""
-        self.check()
-        if not self.main or self.local is None:
-            return
-        from lib.base import durable
-        from lib.runtime import xla
-
-        old = read_tag(self.run_dir, "xla") or {}
-        files = dict(old.get("files") or {}) if not foreign(old, xla.cache_identity()) else {}
-        if problem(self.run_dir, "xla"):
-            files = {}
-        target = blob_path(self.run_dir, "xla")
-        new = sorted(p for p in self.local.iterdir() if p.is_file() and p.name not in files
-                     and not p.name.startswith("."))
-        if not new and files == old.get("files"):
-            return
-        size = sum(s for s, _ in files.values()) + sum(p.stat().st_size for p in new)
-        if size > CAP_BYTES:
-            if not self.cap_said:
-                self.cap_said = True
-                self.log(f"compile cache not saved: {_mb(size)} is over its {_mb(CAP_BYTES)} "
-                         "cap (lib.runs.compile_cache.CAP_BYTES)")
-            return
-        for path in new:
-            files[path.name] = list(durable.copy_checked(path, target / path.name))
-        for stale in (p for p in target.iterdir() if p.name not in files) if target.is_dir() \
-                else ():
-            stale.unlink(missing_ok=True)
-        tag = dict(xla.cache_identity(), kind="xla", size=size, files=files,
-                   graphs=len(files), saved_at=_now())
-        atomic.write_text(tag_path(self.run_dir, "xla"), json.dumps(tag, indent=1))
