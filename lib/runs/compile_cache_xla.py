@@ -55,6 +55,8 @@ class XlaCache:
                 self.log("compile cache (xla) not used: torch_xla compiled before the run "
                          "started (the cache must be set first)")
                 return False
+        elif not self.main:  # a per-chip worker forked from the notebook: the main one writes
+            xla.init_cache(local, readonly=True)
         self.local = local
         kept = (tag or {}).get("files", {})
         if kept and not (self.feed if self.feed is not None else xla.device_type() != "CPU"):
