@@ -42,8 +42,8 @@ from lib.base import atomic
 
 FOLDER = "compile-cache"
 KINDS = ("inductor", "xla")
-# Per kind. The Fashion-MNIST CNN's Inductor cache is 27 MB on the CPU: 0.6 MB of graphs,
-# 1.3 MB of C++ libraries, 26 MB of precompiled header (the same for every model); a TPU
+# Per kind. The Fashion-MNIST CNN's Inductor cache is 26.3 MB on the CPU: 0.6 MB of graphs,
+# the rest C++ libraries and the precompiled header (the same for every model); a TPU
 # executable of a few-million-parameter model is tens of MB. 256 MiB holds several such
 # runs' graphs and stays under 2% of what a run folder may hold (Drive's free 15 GB, Kaggle's
 # 20 GB of output): a bigger cache is not saved (one line), and the next session compiles.
@@ -51,7 +51,7 @@ CAP_BYTES = 256 * 2**20
 IDENTITY = ("torch", "torch_xla", "python", "libc", "device")  # a mismatch: not usable here
 _ARTIFACTS = "artifacts"  # torch's own bytes, inside inductor.zip
 _LIBS = "cpp/"  # C++ libraries and ISA probes, by their path under Inductor's cache dir
-# Inductor's precompiled C++ header: 150 MB (26 MB zipped), built on each new machine before
+# Inductor's precompiled C++ header: 150 MB (about 25 zipped), built on each new machine before
 # the first C++ kernel loads, even one that exists (13 s of a 19 s cache hit here, measured)
 _PCH = "pch/"
 
