@@ -23,6 +23,7 @@ import torch
 
 from lib.data.common import make_loader
 from lib.data.on_device import Augment, DeviceLoader, images_and_labels
+from lib.runs import compile_cache, compile_cache_xla
 from lib.runs import identity as experiment
 from lib.runs.folder import RunFolder, check_writable
 from lib.runtime import clouds, compile
@@ -57,6 +58,7 @@ class Session:
     dist: Dist = field(default_factory=Dist)
     clock: Clock = field(default_factory=lambda: Clock(time.time()))
     storage: Storage = field(default_factory=lambda: storage("local"))
+    xla_cache: compile_cache_xla.XlaCache | None = None  # set up before the first XLA graph
 
     @property
     def device(self) -> torch.device:
@@ -142,6 +144,7 @@ class Session:
         on, why = compile.decide(self.cfg.compile, self.cfg, self.choice,
                                  self.cfg.smoke, self.cfg.varying_shapes())
         run.log(f"torch.compile: {'on' if on else 'off'} ({why})")
+        run.compile_cache = self._compile_cache(run, on)
         compile.apply(task.model, on)
         try:
             return fit(task, *loaders, self.choice, run, self.cfg.epochs,
@@ -150,6 +153,19 @@ class Session:
                        device=self.device, compiled=on)
         finally:
             run.close()
+
+    def _compile_cache(self, run: RunFolder, compiled: bool):
+        """The run's compile cache (`lib.runs.compile_cache`), loaded: torch_xla's (set up
+        in `start`) on XLA, Inductor's where the model is compiled; None elsewhere."""
+        if self.xla_cache is not None:
+            self.xla_cache.log, self.xla_cache.main = run.log, self.dist.main
+            return self.xla_cache
+        if not compiled:
+            return None
+        cache = compile_cache.InductorCache(self.out_dir, self.choice.type, run.log,
+                                            self.dist.main)
+        cache.load()
+        return cache
 
     def load_best(self, task: Task, model_config: dict) -> dict:
         """Load the run's best.pt (or, saying so, its newest loadable checkpoint) into
@@ -239,6 +255,9 @@ def start(cfg: RunConfig, runtime: str | None = None, dist: Dist | None = None,
                 cfg.smoke_batches if cfg.smoke else None, dist, clock, roles)
     if dist.main and announce:
         _announce(s, available)
+    if choice.type == "xla" and not grid:  # before anything compiles (a grid: per cell)
+        s.xla_cache = compile_cache_xla.XlaCache(out_dir, main=dist.main)
+        s.xla_cache.setup()
     if dist.main and not grid:  # the experiment, recorded before its first step
         defined = cfg.identity(s.global_batch)
         experiment.record(out_dir, dict(cfg.to_dict(), resolved=s.resolved()), defined)

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from lib.base import durable
 from lib.cli.params import UsageError
+from lib.runs import compile_cache
 from lib.runs import identity as experiment
 
 DRIVE_RUNS = Path("MyDrive") / "train-anywhere" / "runs"  # Colab's OUT_DIR root on Drive
@@ -54,6 +55,8 @@ class Carried:
     identity: dict  # the experiment (of the first run, for a grid)
     grid: bool
     incomplete: list[Path]  # checkpoints whose marker does not match: not carried
+    caches: list[str] = ()  # what it says of the runs' compile caches (lib.runs.compile_cache)
+    bad_caches: tuple[Path, ...] = ()  # compile-cache files that do not match their tag
 
     def line(self) -> str:
         """`fashion_mnist run (4 epochs, newest complete checkpoint ckpt-e0004-b000000.pt)`."""
@@ -117,16 +120,34 @@ def check(folder: Path) -> Carried:
     if not runs:
         raise UsageError(f"{str(folder)!r} is not a run folder: no config.json in it or its "
                          "sub-folders; pass the run's OUT_DIR.")
-    return Carried(folder, workload, runs, identity, grid, incomplete)
+    caches, bad = _caches([run for run, _, _ in runs], grid)
+    return Carried(folder, workload, runs, identity, grid, incomplete, caches, bad)
+
+
+def _caches(runs: list[Path], grid: bool) -> tuple[list[str], tuple[Path, ...]]:
+    """(what to say of each run's compile cache, the cache files to leave behind): one whose
+    bytes do not match its tag would be ignored where it lands, so it is not moved."""
+    lines, bad = [], []
+    for run in runs:
+        label = f"{run.name}: " if grid else ""
+        for kind, tag, why in compile_cache.entries(run):
+            if why:
+                bad += [compile_cache.blob_path(run, kind), compile_cache.tag_path(run, kind)]
+                lines.append(f"{label}compile cache ({kind}) left behind: {why}")
+            else:
+                lines.append(f"{label}compile cache carried: "
+                             f"{compile_cache.tag_line(kind, tag)}, used where a session "
+                             "matches it")
+    return lines, tuple(bad)
 
 
 def _stage(carried: Carried, target: Path) -> Path:
     """A copy of the folder without hidden files and incomplete checkpoints (and markers)."""
-    skip = {p.name for p in carried.incomplete}
-    skip |= {durable.marker_path(p).name for p in carried.incomplete}
+    skip = set(carried.incomplete) | {durable.marker_path(p) for p in carried.incomplete}
+    skip |= set(carried.bad_caches)
 
     def ignore(_dir, names):
-        return [n for n in names if n.startswith(".") or n in skip]
+        return [n for n in names if n.startswith(".") or Path(_dir) / n in skip]
 
     shutil.copytree(carried.folder, target, ignore=ignore, copy_function=shutil.copyfile)
     return target
@@ -141,7 +162,8 @@ def _refuse_training(dest: Path) -> None:
 
 def _skipped(carried: Carried) -> str:
     n = len(carried.incomplete)
-    return f"; {n} incomplete checkpoint copies left behind" if n else ""
+    return (f"; {n} incomplete checkpoint copies left behind" if n else "") + "".join(
+        f"; {line}" for line in carried.caches)
 
 
 # to-kaggle -----------------------------------------------------------------------------------

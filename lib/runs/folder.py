@@ -78,6 +78,9 @@ class RunFolder:
         self.eta_warned = False
         self.session = session  # what this session trains with, for sessions.jsonl
         self._lines = progress_mod.Lines()  # one output in a notebook, however many epochs
+        # `lib.runs.compile_cache`'s InductorCache or XlaCache: saved with each checkpoint
+        self.compile_cache = None
+        self._cache_failed = False
 
     def log(self, message: str) -> None:
         if self.main:
@@ -171,7 +174,20 @@ class RunFolder:
             if ids := self.trackers.ids():  # a checkpoint carries its trackers' run ids
                 state = dict(state, trackers=ids)
             self.checkpoints.save(state, epoch, batch, best=best)
+            self._save_compile_cache()
             self.warn_output_cap()
+
+    def _save_compile_cache(self) -> None:
+        """The run's compile cache, after the checkpoint (`lib.runs.compile_cache`). A cache
+        is an optimisation: a failure to write it is one line, once, and training goes on."""
+        if self.compile_cache is None or self._cache_failed:
+            return
+        try:
+            self.compile_cache.save()
+        except Exception as exc:
+            self._cache_failed = True
+            self.log(f"compile cache not saved ({type(exc).__name__}: {exc}); training goes "
+                     "on, and the next session compiles again")
 
     def end_epoch(self, record: dict, epochs: int, progress) -> None:
         """Append the record to metrics.jsonl and the trackers; report it with an ETA."""

@@ -116,6 +116,56 @@ def all_reduce_sum(tensor):
 
 
 
+def init_cache(path, readonly: bool = False) -> bool:
+    """Make torch_xla keep its compiled executables in `path` (its persistent cache), read
+    only for `readonly`; False when it cannot any more (it has compiled in this process)."""
+    torch_xla, _, xr = _tx()
+    if torch_xla._XLAC._xla_computation_cache_is_initialized():
+        return False
+    xr.initialize_cache(str(path), readonly=readonly)
+    return True
+
+
+def cache_dir():
+    """The folder of this process's persistent cache (`init_cache`), or None."""
+    from pathlib import Path
+
+    path = os.environ.get("XLA_PERSISTENT_CACHE_PATH")
+    return Path(path) if path else None
+
+
+def cache_failures() -> int:
+    """Executables in the persistent cache that this client could not load (torch_xla then
+    compiles them; its CPU client loads none: "Deserializing serialized executable not
+    supported")."""
+    import torch_xla.debug.metrics as met
+
+    return int(met.counter_value("PersistentCacheDeserializeFailure") or 0)
+
+
+def cache_identity() -> dict:
+    """What an executable in the persistent cache is only valid for: torch, torch_xla and
+    libtpu versions and the device kind (the PJRT device and the TPU type the VM names, e.g.
+    "TPU v5litepod-8", which also says how many chips). Read without starting the runtime:
+    a process that starts it cannot fork the per-chip workers (`launch`)."""
+    import importlib.metadata
+    import platform
+
+    import torch
+
+    torch_xla, _, _ = _tx()
+    try:
+        libtpu = importlib.metadata.version("libtpu")
+    except importlib.metadata.PackageNotFoundError:
+        libtpu = None
+    kind = " ".join(filter(None, ["xla", device_type() or "?",
+                                  os.environ.get("TPU_ACCELERATOR_TYPE")]))
+    return {"torch": torch.__version__, "torch_xla": torch_xla.__version__,
+            "python": ".".join(platform.python_version_tuple()[:2]),
+            "libc": " ".join(platform.libc_ver()).strip() or platform.system(),
+            "device": kind + (f", libtpu {libtpu}" if libtpu else "")}
+
+
 def compile_count() -> int:
     """Cumulative XLA graph compilations in this process (proof that shapes are static)."""
     import torch_xla.debug.metrics as met

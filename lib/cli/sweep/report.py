@@ -24,6 +24,7 @@ from lib.base.progress import best_record, shown
 from lib.cli.execute import headline, session_notebooks
 from lib.cli.params import UsageError
 from lib.plots import current, training_curves  # matplotlib only when one draws
+from lib.runs import compile_cache
 from lib.runs.identity import read_config
 from lib.runs.records import read_jsonl
 
@@ -124,9 +125,11 @@ def _settings(out: Path, cells: list[Path]):
 @_figures_closed
 def runs(out: Path, metric: str) -> str:
     metric, found = headline(out, metric)
-    rows, notebooks = [], []
+    rows, notebooks, caches = [], [], []
     for label, last in found:
         run_dir = out if label == "." else out / label
+        caches += [f"  {'' if label == '.' else label + ': '}{line}"
+                   for line in compile_cache.describe(run_dir)]
         history = read_jsonl(run_dir / "metrics.jsonl")
         keys = tuple(m for m in ("loss", "accuracy", "mIoU")
                      if any(f"test_{m}" in r or f"train_{m}" in r for r in history))
@@ -141,7 +144,9 @@ def runs(out: Path, metric: str) -> str:
     table = _table(["run", "epochs", f"best {metric or 'metric'}", "last epoch", "device",
                     "curves"], rows)
     kept = "\n".join(f"  {p}" for p in notebooks) or "  none (run in Jupyter or by papermill)"
-    return f"{table}\nexecuted notebooks, one per session that trained:\n{kept}"
+    cached = ("\ncompile cache (compiled graphs the next session loads):\n" + "\n".join(caches)
+              if caches else "")
+    return f"{table}\nexecuted notebooks, one per session that trained:\n{kept}{cached}"
 
 
 def report(out: Path) -> str:
