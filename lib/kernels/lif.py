@@ -8,9 +8,11 @@ torch.compile sees one op forward and one backward, not T unrolled steps.
 
 Paths, chosen in `choose_path` only: "triton" (CUDA sm_70+ with triton importable: one kernel
 looping over T forward, one backward), "portable" (everywhere else: CPU, MPS, a P100), and
-"reference" on XLA (torch_xla runs no custom op of ours: it traces the plain loop, as before).
-`LIF_PATH_ENV` or the `path` argument forces one ("triton" on CPU tensors needs
-TRITON_INTERPRET=1 set before triton is imported: the tests count and check the CUDA path so).
+"scan" on XLA (torch_xla runs no custom op of ours; lib/kernels/lif_scan.py runs the step as
+one XLA While loop, so the graph does not grow with T). "reference" is the plain loop (on XLA:
+unrolled, T steps of graph). `LIF_PATH_ENV` or the `path` argument forces one ("triton" on CPU
+tensors needs TRITON_INTERPRET=1 set before triton is imported: the tests count and check the
+CUDA path so; "scan" runs on XLA tensors only).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from lib.base.errors import ConfigError
 from lib.kernels.lif_reference import lif_reference
 
 LIF_PATH_ENV = "TA_LIF_PATH"
-PATHS = ("auto", "triton", "portable", "reference")
+PATHS = ("auto", "triton", "portable", "reference", "scan")
 
 
 @functools.cache
@@ -41,7 +43,7 @@ def choose_path(device: torch.device, path: str | None = None,
                 dtype: torch.dtype = torch.float32) -> str:
     """The kernel for `dtype` tensors on `device`: `path` or LIF_PATH_ENV if set (not "auto"),
     else triton on CUDA with compute capability >= 7.0 (float64 aside: few GPUs have fast
-    float64 dots), reference on XLA, portable elsewhere."""
+    float64 dots), scan on XLA, portable elsewhere."""
     path = path or os.environ.get(LIF_PATH_ENV) or "auto"
     if path not in PATHS:
         raise ConfigError(f"{LIF_PATH_ENV}={path!r} is not one of {PATHS}; unset it or use "
@@ -49,10 +51,13 @@ def choose_path(device: torch.device, path: str | None = None,
     if path == "triton" and device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ConfigError("the triton path on CPU tensors runs only under Triton's interpreter; "
                           "set TRITON_INTERPRET=1 before Python starts, or use 'portable'.")
+    if path == "scan" and device.type != "xla":
+        raise ConfigError(f"the scan path runs on XLA tensors only (torch_xla's While loop), "
+                          f"not {device.type}; use 'auto' or 'portable'.")
     if path != "auto":
         return path
     if device.type == "xla":
-        return "reference"
+        return "scan"
     if (device.type == "cuda" and dtype != torch.float64
             and torch.cuda.get_device_capability(device) >= (7, 0) and triton_available()):
         return "triton"
@@ -137,4 +142,8 @@ def lif_multistep(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, b
     kind = choose_path(cur.device, path, cur.dtype)
     if kind == "reference":
         return lif_reference(cur, weight, bias, beta, threshold, slope)
+    if kind == "scan":
+        from lib.kernels.lif_scan import lif_scan  # reaches torch_xla: only on XLA tensors
+
+        return lif_scan(cur, weight, bias, beta, threshold, slope)
     return lif_forward(cur, weight, bias, float(beta), float(threshold), float(slope), kind)[0]
