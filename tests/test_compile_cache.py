@@ -53,7 +53,7 @@ def test_a_session_on_a_fresh_machine_loads_the_runs_compiled_graphs(tmp_path):
 def _planted(run, kind: str) -> None:
     """A cache that must not be loaded: `foreign` (another torch's tag), `cut` (bytes cut
     short), `garbage` (bytes torch cannot read, under a tag that matches them), `untagged`
-    (a save killed before its tag)."""
+    (a save killed before its tag), `older-ops` (compiled against other lib/kernels sources)."""
     folder = run / "compile-cache"
     folder.mkdir(parents=True)
     out = folder / "inductor.zip"
@@ -66,6 +66,8 @@ def _planted(run, kind: str) -> None:
     tag = dict(here, kind="inductor", size=len(data), sha256=hashlib.sha256(data).hexdigest())
     if kind == "foreign":
         tag["torch"] = "2.13.0+cu128"
+    if kind == "older-ops":  # compiled before the project's ops (lib/kernels) changed
+        tag["ops"] = "0123456789ab"
     if kind == "cut":
         out.write_bytes(data[: len(data) // 2])
     if kind != "untagged":
@@ -73,6 +75,7 @@ def _planted(run, kind: str) -> None:
 
 
 REASONS = {"foreign": "made for another setup (torch 2.13.0+cu128 (here",
+           "older-ops": "made for another setup (ops 0123456789ab (here",
            "cut": "do not match its tag's", "garbage": "torch could not read it",
            "untagged": "its tag is missing"}
 

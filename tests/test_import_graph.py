@@ -110,7 +110,8 @@ LAYERS: dict[str, set[str]] = {
     "base": set(),  # errors, atomic, durable, faults, progress: nothing from lib
     "runtime": {"base"},  # where am I, what hardware, how many processes
     "runs": {"base", "runtime"},  # what a run leaves on disk
-    "kernels": {"base"},  # fused ops (torch, triton): the spiking recurrence
+    # fused ops (torch, triton, XLA's loop through lib.runtime.xla): the spiking recurrence
+    "kernels": {"base", "runtime"},
     "models": {"base", "kernels"},
     "losses": {"base"},
     "data": {"base", "runtime"},

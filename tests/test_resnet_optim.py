@@ -16,6 +16,7 @@ from lib.training.optim import (
     OPTIMIZERS,
     check_optimizer_name,
     defaults_table,
+    init_state,
     make_optimizer,
     warmup_cosine,
     warmup_cosine_factor,
@@ -130,6 +131,53 @@ def test_every_optimizer_steps_saves_and_resumes_exactly(name):
     for a, b in zip(model.state_dict().values(), model2.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+
+
+@pytest.mark.parametrize("name", [*OPTIMIZERS, "adam-amsgrad", "adadelta"])
+def test_optimizer_state_made_before_the_first_step_changes_nothing(name):
+    """`init_state` (called before the first step on XLA, so that the first step's graph is
+    every later step's) gives each parameter the state its first step would have made: three
+    steps later, weights and state are those of the optimizer left to make it, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g))
+            for _ in range(3)]
+
+    def run(early: bool):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+        opt = (torch.optim.Adam(model.parameters(), lr=1e-2, amsgrad=True)
+               if name == "adam-amsgrad" else
+               torch.optim.Adadelta(model.parameters(), lr=1.0) if name == "adadelta"
+               else make_optimizer(name, model.parameters()))  # the study's, and Fashion's
+        made = init_state(opt) if early else None
+        if early:
+            assert made == 4 and len(opt.state) == 4 and init_state(opt) == 0
+        for x, y in data:
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return model, opt
+
+    (lazy, lazy_opt), (early, early_opt) = run(False), run(True)
+    for a, b in zip(lazy.parameters(), early.parameters(), strict=True):
+        assert torch.equal(a, b)
+    lazy_state, early_state = lazy_opt.state_dict()["state"], early_opt.state_dict()["state"]
+    assert lazy_state.keys() == early_state.keys()
+    for key, values in lazy_state.items():
+        assert values.keys() == early_state[key].keys(), name
+        for field, value in values.items():
+            assert torch.equal(value, early_state[key][field]), (name, field)
+
+
+def test_optimizer_state_is_left_alone_where_zeros_would_not_be_the_first_steps():
+    """SGD with dampening scales its first step's copy of the gradient differently from the
+    later ones, so a zero buffer would change it; Adagrad makes its state when built."""
+    params = [nn.Parameter(torch.ones(3))]
+    damped = torch.optim.SGD(params, lr=0.1, momentum=0.9, dampening=0.5)
+    assert init_state(damped) == 0 and not damped.state
+    adagrad = torch.optim.Adagrad(params, lr=0.1, initial_accumulator_value=0.5)
+    before = adagrad.state[params[0]]["sum"].clone()
+    assert init_state(adagrad) == 0 and torch.equal(adagrad.state[params[0]]["sum"], before)
 
 
 def test_warmup_cosine_shape():

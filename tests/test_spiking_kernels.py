@@ -187,7 +187,7 @@ def test_inductor_compiles_a_module_that_transposes_the_spikes(dtype):
 
 def test_the_dispatch_rule(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert choose_path(cpu) == "portable" and choose_path(torch.device("xla")) == "reference"
+    assert choose_path(cpu) == "portable" and choose_path(torch.device("xla")) == "scan"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (7, 5))  # a T4
     monkeypatch.setattr(lif_module, "triton_available", lambda: True)
     assert choose_path(cuda) == "triton" and choose_path(cuda, dtype=torch.bfloat16) == "triton"
@@ -209,6 +209,8 @@ def test_bad_paths_and_inputs_name_the_fix(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(ConfigError, match="TRITON_INTERPRET=1"):
         choose_path(torch.device("cpu"), "triton")
+    with pytest.raises(ConfigError, match="scan path runs on XLA tensors only.*not cpu"):
+        choose_path(torch.device("cpu"), "scan")
     cur, w, b = torch.zeros(3, 4, 5), torch.zeros(5, 5), torch.zeros(5)
     with pytest.raises(ConfigError, match=r"weight \(4, 4\).*expected \(T, N, C\), \(C, C\)"):
         lif_multistep(cur, torch.zeros(4, 4), b, 0.9, 1.0, 25.0)

@@ -68,7 +68,7 @@ def test_beta_outside_0_1_is_clamped_as_snntorch_clamps_it(path, beta):
 
 @pytest.mark.parametrize("device, said", [
     ("mps", "runs on CUDA GPUs only, not on mps; use 'portable' or 'auto' there"),
-    ("xla", "runs on CUDA GPUs only, not on xla; use 'reference' or 'auto' there")])
+    ("xla", "runs on CUDA GPUs only, not on xla; use 'scan' or 'auto' there")])
 def test_a_forced_triton_path_where_it_cannot_run_is_one_line(device, said, monkeypatch):
     monkeypatch.setattr(lif_module, "triton_available", lambda: True)
     for force in ({"path": "triton"}, {}):

@@ -18,9 +18,14 @@ from tests.notebook_run import XLA_ON_CPU
 
 def compiles_per_epoch(metrics: Path) -> list[int]:
     """`xla_compiles` of each epoch record, asserted flat after the first epoch (static
-    shapes: the step, the evaluation and the metrics compile once)."""
-    compiles = [r["xla_compiles"] for r in read_jsonl(metrics)]
+    shapes: the step, the evaluation and the metrics compile once), and no graph compiled
+    twice in the first: `xla_repeat_compiles` (graphs compiled by a step or an evaluation
+    batch after the session's first of its kind, lib.training.backend) 0 in every epoch."""
+    records = read_jsonl(metrics)
+    compiles = [r["xla_compiles"] for r in records]
     assert compiles[0] > 0 and all(c == compiles[0] for c in compiles[1:]), compiles
+    repeats = [r["xla_repeat_compiles"] for r in records]
+    assert repeats == [0] * len(records), repeats
     return compiles
 
 

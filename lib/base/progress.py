@@ -112,6 +112,7 @@ class Lines:
 
 _SHORT = {"accuracy": "acc", "balanced_accuracy": "bal_acc"}
 _HIDDEN = {"epoch", "lr", "seconds", "samples_per_s", "train_samples", "xla_compiles",
+           "xla_repeat_compiles",
            "compile_seconds",
            "test_Fa_all"}  # MSHNet's secondary Fa: in metrics.jsonl and the results table
 

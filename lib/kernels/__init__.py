@@ -1,6 +1,7 @@
 """Fused kernels for hot loops a model cannot avoid: the spiking front-end's recurrence over
-time steps as one op (`lif_multistep`), with a reference loop, a portable path and Triton
-kernels behind one dispatch rule (lib/kernels/lif.py). Imports only torch, triton and lib/base.
+time steps as one op (`lif_multistep`), with a reference loop, a portable path, Triton
+kernels and an XLA loop behind one dispatch rule (lib/kernels/lif.py). Imports only torch,
+triton, lib/base and (for XLA's loop) lib.runtime.xla.
 """
 
 from lib.kernels.lif import LIF_PATH_ENV, PATHS, choose_path, lif_multistep

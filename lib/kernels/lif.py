@@ -8,10 +8,12 @@ torch.compile sees one op forward and one backward, not T unrolled steps.
 
 Paths, chosen in `choose_path` only: "triton" (CUDA sm_70+ with triton importable: one kernel
 looping over T forward, one backward), "portable" (everywhere else: CPU, MPS, a P100), and
-"reference" on XLA (torch_xla runs no custom op of ours: it traces the plain loop, as before).
-`LIF_PATH_ENV` or the `path` argument forces one ("triton" on CPU tensors needs
-TRITON_INTERPRET=1 set before triton is imported: the tests count and check the CUDA path so);
-a value it cannot run here is refused in one line (`check_path_env` at a run's start).
+"scan" on XLA (torch_xla runs no custom op of ours; lib/kernels/lif_scan.py runs the step as
+one XLA While loop, so the graph does not grow with T). "reference" is the plain loop (on XLA:
+unrolled, T steps of graph). `LIF_PATH_ENV` or the `path` argument forces one ("triton" on CPU
+tensors needs TRITON_INTERPRET=1 set before triton is imported: the tests count and check the
+CUDA path so; "scan" runs on XLA tensors only); a value it cannot run here is refused in one
+line (`check_path_env` at a run's start).
 
 The fused paths have a first derivative only (hand-written backward kernels): a second
 backward through them (create_graph=True, then backward again) is refused in one line that
@@ -30,7 +32,7 @@ from lib.base.errors import ConfigError
 from lib.kernels.lif_reference import lif_reference
 
 LIF_PATH_ENV = "TA_LIF_PATH"
-PATHS = ("auto", "triton", "portable", "reference")
+PATHS = ("auto", "triton", "portable", "reference", "scan")
 
 
 @functools.cache
@@ -55,7 +57,7 @@ def choose_path(device: torch.device, path: str | None = None,
                 dtype: torch.dtype = torch.float32) -> str:
     """The kernel for `dtype` tensors on `device`: `path` or LIF_PATH_ENV if set (not "auto"),
     else triton on CUDA with compute capability >= 7.0 (float64 aside: few GPUs have fast
-    float64 dots), reference on XLA, portable elsewhere. A forced path this device cannot run
+    float64 dots), scan on XLA, portable elsewhere. A forced path this device cannot run
     is a ConfigError naming what to use instead."""
     if path is None:
         check_path_env()
@@ -64,10 +66,13 @@ def choose_path(device: torch.device, path: str | None = None,
         raise ConfigError(f"path={path!r} is not one of {PATHS}; pass one of them or None.")
     if path == "triton":
         _check_triton(device)
+    if path == "scan" and device.type != "xla":
+        raise ConfigError(f"the scan path runs on XLA tensors only (torch_xla's While loop), "
+                          f"not {device.type}; use 'auto' or 'portable'.")
     if path != "auto":
         return path
     if device.type == "xla":
-        return "reference"
+        return "scan"
     if (device.type == "cuda" and dtype != torch.float64
             and torch.cuda.get_device_capability(device) >= (7, 0) and triton_available()):
         return "triton"
@@ -77,7 +82,7 @@ def choose_path(device: torch.device, path: str | None = None,
 def _check_triton(device: torch.device) -> None:
     forced = f"the triton LIF path ({LIF_PATH_ENV} or path='triton')"
     if device.type not in ("cuda", "cpu"):
-        other = "reference" if device.type == "xla" else "portable"
+        other = "scan" if device.type == "xla" else "portable"
         raise ConfigError(f"{forced} runs on CUDA GPUs only, not on {device.type}; use "
                           f"'{other}' or 'auto' there.")
     if not triton_available():
@@ -203,4 +208,8 @@ def lif_multistep(cur: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     kind = choose_path(cur.device, path, cur.dtype)
     if kind == "reference":
         return lif_reference(cur, weight, bias, beta, threshold, slope)
+    if kind == "scan":
+        from lib.kernels.lif_scan import lif_scan  # reaches torch_xla: only on XLA tensors
+
+        return lif_scan(cur, weight, bias, beta, threshold, slope)
     return lif_forward(cur, weight, bias, float(beta), float(threshold), float(slope), kind)[0]

@@ -48,7 +48,11 @@ KINDS = ("inductor", "xla")
 # runs' graphs and stays under 2% of what a run folder may hold (Drive's free 15 GB, Kaggle's
 # 20 GB of output): a bigger cache is not saved (one line), and the next session compiles.
 CAP_BYTES = 256 * 2**20
-IDENTITY = ("torch", "torch_xla", "python", "libc", "device")  # a mismatch: not usable here
+IDENTITY = ("torch", "torch_xla", "python", "libc", "device", "ops")  # a mismatch: not usable
+# The project's custom ops (lib/kernels): Inductor's graph cache keys on torch's code, not on an
+# op's fake or kernel, so a graph compiled against an older one loads and then fails its stride
+# checks (seen here: "expected ... stride 1400==1" in lif_backward after its fake changed).
+KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 _ARTIFACTS = "artifacts"  # torch's own bytes, inside inductor.zip
 _LIBS = "cpp/"  # C++ libraries and ISA probes, by their path under Inductor's cache dir
 # Inductor's precompiled C++ header: 150 MB (about 25 zipped), built on each new machine before
@@ -166,7 +170,16 @@ def _base_identity() -> dict:
 
     libc = " ".join(platform.libc_ver()).strip() or platform.system()
     return {"torch": torch.__version__, "torch_xla": None, "libc": libc,
-            "python": ".".join(platform.python_version_tuple()[:2])}
+            "python": ".".join(platform.python_version_tuple()[:2]), "ops": ops_version()}
+
+
+def ops_version(kernels: Path = KERNELS) -> str:
+    """The first 12 hex digits of the SHA-256 of lib/kernels' sources (the ops a compiled
+    graph calls): a cache compiled against other sources is foreign."""
+    digest = hashlib.sha256()
+    for path in sorted(kernels.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 # Inductor (torch.compile on CUDA and the CPU) -------------------------------------------------

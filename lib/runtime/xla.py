@@ -7,6 +7,7 @@ it defaults to the CPU). Names are torch_xla 2.9's: `torch_xla.device()`, `torch
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import logging
@@ -166,12 +167,35 @@ def cache_identity() -> dict:
             "device": kind + (f", libtpu {libtpu}" if libtpu else "")}
 
 
+def scan(fn, init, xs, pure: bool = False):
+    """torch_xla's `scan` (`torch_xla.experimental.scan.scan`, modelled on `jax.lax.scan`):
+    `fn(carry, x_t) -> (carry, y_t)` over the leading dimension of the tensors in `xs`,
+    returning (the last carry, the y_t stacked); one XLA While op whose body is traced once by
+    AOTAutograd (so `fn` must be traceable: no custom autograd Function inside), with autograd
+    through it. Gradients reach tensors passed in `init` or `xs`, not ones `fn` closes over.
+    `pure`: `fn` depends on its arguments only, so its traced graphs are kept (keyed on `fn`
+    and the shapes) and reused by later calls instead of tracing again."""
+    _tx()
+    from torch_xla.experimental.scan import scan as xla_scan
+
+    return xla_scan(fn, init, xs, is_fn_pure=pure)
+
+
 def compile_count() -> int:
     """Cumulative XLA graph compilations in this process (proof that shapes are static)."""
     import torch_xla.debug.metrics as met
 
     data = met.metric_data("CompileTime")
     return int(data[0]) if data else 0
+
+
+@contextlib.contextmanager
+def counting_compiles(report):
+    """`report(n)` with the graphs compiled inside the block (compilation happens at the
+    sync that needs the graph, so a block that syncs has compiled its graphs when it ends)."""
+    before = compile_count()
+    yield
+    report(compile_count() - before)
 
 
 def launch(fn, args=(), start_method: str = "fork") -> None:

@@ -28,6 +28,7 @@ from lib.runtime.device_state import free_memory, rng_state, set_rng_state
 from lib.runtime.distributed import Dist
 from lib.training import batch as batches
 from lib.training.batch import BatchPlan, OutOfMemory
+from lib.training.optim import init_state
 
 
 def _io(batch):
@@ -57,15 +58,21 @@ class Backend:
         self.cap = batches.memory_cap()  # tests only: lib.training.batch.MEMORY_CAP_ENV
         self.probing = True  # this session's first step: where a micro-batch first meets memory
         self.eval_size = plan.micro if plan is not None else None
+        self.ran: set[str] = set()  # kinds of work that ran once this session (`_counting`)
+        self.repeated = 0  # graphs compiled by a later one, this epoch (on XLA)
 
-    def prepare(self, model: nn.Module) -> None:
-        """Before the first step, with the weights in place (fresh or restored): on XLA, the
-        model's scalar buffers each in a device buffer of its own, so that the first step
-        compiles the graphs every later step runs (`lib.runtime.xla.own_scalars`)."""
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Before the first step, with the weights (and optimizer state) in place, fresh or
+        restored: on XLA, the model's scalar buffers each in a device buffer of its own
+        (`lib.runtime.xla.own_scalars`) and the optimizer's state created now, not in the first
+        step (`lib.training.optim.init_state`), so that the first step compiles the graphs
+        every later step runs."""
         if self.is_xla:
             from lib.runtime import xla
 
             xla.own_scalars(model)
+            if optimizer is not None:
+                init_state(optimizer)
 
     def _cut(self) -> None:
         """On XLA, cut the lazy graph here and run it; elsewhere nothing (eager)."""
@@ -96,6 +103,25 @@ class Backend:
     def train_step(self, task, batch) -> tuple[torch.Tensor, int]:
         """One optimizer step over `batch`, this device's share of a global batch; returns
         (its loss summed over its samples, on the device; its samples)."""
+        with self._counting("step"):
+            return self._train_step(task, batch)
+
+    def _counting(self, kind: str):
+        """On XLA, count the graphs compiled while a step ("step") or an evaluation batch
+        ("eval") runs: those of any but the session's first of its kind add to `repeated`
+        (every step after the first runs the graphs the first compiled)."""
+        if not self.is_xla:
+            return nullcontext()
+        from lib.runtime import xla
+
+        return xla.counting_compiles(lambda n: self._count(kind, n))
+
+    def _count(self, kind: str, compiled: int) -> None:
+        if kind in self.ran:
+            self.repeated += compiled
+        self.ran.add(kind)
+
+    def _train_step(self, task, batch) -> tuple[torch.Tensor, int]:
         while True:
             saved = self._snapshot(task.model) if self._recoverable() else None
             # several processes: every backward holds its all-reduce back until all agree
@@ -251,6 +277,10 @@ class Backend:
         micro-batch; None: whole), then `consume(output, target, loss)` of each (the loss
         computed under autocast, as the output); a piece that runs out of memory is halved
         and redone (evaluation changes no state)."""
+        with self._counting("eval"):
+            self._eval_step(model, loss_fn, batch, consume)
+
+    def _eval_step(self, model, loss_fn, batch, consume: Callable) -> None:
         n, done = batches.samples_in(batch), 0
         while done < n:
             size = min(self.eval_size or n, n - done)
@@ -275,8 +305,12 @@ class Backend:
             free_memory(self.device)
 
     def epoch_stats(self) -> dict:
+        """On XLA: `xla_compiles`, the session's compilations so far, and
+        `xla_repeat_compiles`, those of this epoch at a step or evaluation batch that was not
+        the session's first of its kind (0 when each distinct graph compiles once)."""
         if self.is_xla:
             from lib.runtime import xla
 
-            return {"xla_compiles": xla.compile_count()}
+            repeated, self.repeated = self.repeated, 0
+            return {"xla_compiles": xla.compile_count(), "xla_repeat_compiles": repeated}
         return {}

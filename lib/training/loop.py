@@ -218,7 +218,7 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: RunFol
                 f"{count['samples']} samples)")
     else:
         run.keep_old_metrics()
-    backend.prepare(unwrap(task.model))
+    backend.prepare(unwrap(task.model), task.optimizer)
     run.begin(history, start_epoch, state)  # from here the run folder owns the history
     history = run.history
     if start_epoch >= epochs:

@@ -86,6 +86,57 @@ def make_optimizer(name: str, params: Iterable, lr: float | None = None,
     return Lion(params, lr=lr, betas=(0.9, 0.99), weight_decay=wd)
 
 
+def init_state(optimizer: torch.optim.Optimizer) -> int:
+    """Create now, for every parameter that has none, the state `optimizer` would create at
+    its first step, with the values that step would start from (zeros, step 0): the results
+    are the same bit for bit, and on XLA the first step's graph is every later step's (state
+    created inside the first step made the second a new graph, compiled again). Returns how
+    many parameters got state.
+
+    Known: SGD with momentum and no dampening (its first step copies the gradient: with a
+    zero buffer, 0 * momentum + grad is that copy), Adam, AdamW, RAdam and Adadelta (neither
+    capturable nor fused: their step count then lives on the host), Lion. Others (Adagrad
+    creates its state when built) keep theirs as it is. The zeros are made on the host and
+    moved, so they arrive as data (on XLA: no graph to compile for them).
+    """
+    import torch
+
+    def zeros(p):
+        return torch.zeros_like(p, device="cpu", memory_format=torch.preserve_format).to(
+            p.device)
+
+    scalar = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+    made = 0
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if not p.requires_grad or optimizer.state.get(p):
+                continue
+            if isinstance(optimizer, torch.optim.SGD):
+                if not group["momentum"] or group["dampening"]:
+                    continue
+                state = {"momentum_buffer": zeros(p)}
+            elif isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW,
+                                        torch.optim.RAdam)):
+                if group.get("capturable") or group.get("fused"):
+                    continue
+                state = {"step": torch.tensor(0.0, dtype=scalar), "exp_avg": zeros(p),
+                         "exp_avg_sq": zeros(p)}
+                if group.get("amsgrad"):
+                    state["max_exp_avg_sq"] = zeros(p)
+            elif isinstance(optimizer, torch.optim.Adadelta):
+                if group.get("capturable"):
+                    continue
+                state = {"step": torch.tensor(0.0, dtype=scalar), "square_avg": zeros(p),
+                         "acc_delta": zeros(p)}
+            elif type(optimizer).__name__ == "Lion":  # lion_pytorch's (imported where used)
+                state = {"exp_avg": zeros(p)}
+            else:
+                continue
+            optimizer.state[p] = state
+            made += 1
+    return made
+
+
 def warmup_cosine_factor(step: int, total_steps: int, warmup_steps: int,
                          min_lr_ratio: float = 0.0) -> float:
     """lr multiplier at optimizer step `step` (0-based).

@@ -1,0 +1,70 @@
+"""The spiking front-end's recurrence on XLA as one loop (lib/kernels/lif_scan.py), for real:
+torch_xla on the CPU (PJRT_DEVICE=CPU), `make test-xla`.
+
+The N-MNIST preset's front-end (2 -> 32 -> 32 -> 64 channels, 34x34 frames, batch 2) on the
+path lif_multistep picks on XLA, against the reference loop (tests/xla_lif_cases.py): in
+float64 at T = 50 against the plain CPU (spikes equal, gradients at the 1e-10 the other paths
+are held to); in bf16 autocast, as the TPU notebook runs it, against the reference loop on the
+same XLA device (XLA's bf16 arithmetic is not eager's: the reference loop itself flips a
+quarter percent of spikes between the two, and BPTT carries each flip into the gradients).
+And the graph: its size does not change with T, where the unrolled loop's doubles.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.xla
+torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane's environment has torch_xla")
+
+from tests.xla_checks import run_on_xla  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+EXACT = 1e-10  # float64, as tests/test_spiking_kernels.py holds every path (~1e-14 here)
+# bf16: the input gradient is bf16 (2^-7 relative steps) and the two loops sum the weights'
+# gradient over steps in their own order; measured at most 0.02 of the largest.
+BF16 = 0.05
+
+
+@pytest.fixture(scope="module")
+def cases():
+    """tests/xla_lif_cases.py's report, from one torch_xla child."""
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+            "from tests.xla_lif_cases import report; import json\n"
+            "print('RESULT', json.dumps(report()))\n")
+    out = run_on_xla(code, 500)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.split("RESULT", 1)[1])
+
+
+def test_xla_runs_the_recurrence_as_the_scan_loop(cases):
+    assert cases["path"] == "scan"
+
+
+def test_float64_at_t50_equals_the_cpu_reference(cases):
+    """Every layer's spikes equal, the input's and every parameter's gradient (conv and
+    recurrent weights and biases: BPTT through all 50 steps) to 1e-10 relative."""
+    got = cases["f64_T50"]
+    assert got["spikes_equal"] == [True] * 3
+    assert all(0.05 < rate < 0.95 for rate in got["rates"]), got["rates"]  # spikes that bite
+    assert got["grads_nonzero"] and len(got["grads"]) == 13
+    assert max(got["grads"]) <= EXACT, got["grads"]
+
+
+def test_bf16_autocast_equals_the_reference_loop_on_xla(cases):
+    got = cases["bf16_T8"]
+    assert got["dtypes"] == ["torch.bfloat16"]
+    assert got["spikes_equal"] == [True] * 3
+    assert all(0.05 < rate < 0.95 for rate in got["rates"]), got["rates"]
+    assert got["grads_nonzero"] and max(got["grads"]) <= BF16, got["grads"]
+
+
+def test_the_graph_does_not_grow_with_t(cases):
+    """The lowered forward and backward (HLO instructions, not compiled) at T = 50 and 100:
+    the same size, with one While loop forward and one backward per layer. The unrolled
+    reference loop, lowered the same way, grows with T (the measure sees an unrolled loop)."""
+    at50, at100 = cases["graph_T50"], cases["graph_T100"]
+    assert at50 == at100 and at50["whiles"] == 6, (at50, at100)
+    ref4, ref8 = cases["reference_T4"], cases["reference_T8"]
+    assert ref8["instructions"] > ref4["instructions"] + 500 and ref8["whiles"] == 0

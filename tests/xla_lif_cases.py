@@ -1,0 +1,106 @@
+"""What tests/test_xla_lif_scan.py checks of the spiking front-end on XLA, run in a torch_xla
+child (`tests.xla_checks.run_on_xla`), printed as one JSON object after "RESULT".
+
+The front-end is the N-MNIST preset's (2 -> 32 -> 32 -> 64 channels, 34x34 frames, batch 2).
+On XLA `lif_multistep` picks its path itself (the scan loop); the oracle is the reference loop
+(lib/kernels/lif_reference.py, no code shared with lib/kernels/lif_scan.py) on the plain CPU,
+or, in bf16, on the same XLA device (its bf16 arithmetic is not eager's, for either path).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from lib.kernels import LIF_PATH_ENV, choose_path
+from lib.models.mamba_spike import MambaSpikeConfig, SpikingFrontEnd
+from lib.runtime import xla
+
+BATCH = 2
+
+
+def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    got, want = got.detach().cpu().double(), want.detach().cpu().double()
+    return ((got - want).abs().max() / want.abs().max()).item()
+
+
+def _frontend(dtype: torch.dtype) -> SpikingFrontEnd:
+    torch.manual_seed(0)
+    frontend = SpikingFrontEnd(MambaSpikeConfig.preset("nmnist")).to(dtype)
+    with torch.no_grad():  # recurrent weights strong enough that spikes change the next step
+        for layer in frontend.layers:
+            layer.rec.weight.mul_(3.0)
+    return frontend
+
+
+def _frames(steps: int, dtype: torch.dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    return (torch.rand(BATCH, steps, 2, 34, 34, generator=g) * 2.5).to(dtype)
+
+
+def _run(frontend, x, device, path: str | None = None, bf16: bool = False):
+    """(spikes of every layer, gradients of the input and every parameter) on `device`, on
+    `path` (None: the one lif_multistep picks there), under bf16 autocast if `bf16`."""
+    frontend = frontend.to(device)
+    x = x.to(device).requires_grad_()
+    if path:
+        os.environ[LIF_PATH_ENV] = path
+    try:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            outs = frontend(x, return_all=True)
+        g = torch.Generator().manual_seed(2)
+        grad = torch.randn(outs[-1].shape, generator=g).to(outs[-1].dtype).to(device)
+        grads = torch.autograd.grad(outs[-1], [x, *frontend.parameters()], grad)
+    finally:
+        os.environ.pop(LIF_PATH_ENV, None)
+    if device.type == "xla":
+        xla.sync()  # one graph for all of them (each .cpu() alone would compile its own)
+    return [o.cpu() for o in outs], [g.cpu() for g in grads]
+
+
+def compare(dtype: torch.dtype, steps: int, bf16: bool = False) -> dict:
+    """The front-end on XLA's own path against the reference loop, same weights and frames."""
+    dev = xla.device()
+    frontend, x = _frontend(dtype), _frames(steps, dtype)
+    oracle = (dev, "reference") if bf16 else (torch.device("cpu"), "reference")
+    want_spikes, want_grads = _run(_frontend(dtype), x, *oracle, bf16=bf16)
+    spikes, grads = _run(frontend, x, dev, bf16=bf16)
+    return {"spikes_equal": [torch.equal(a, b) for a, b in zip(spikes, want_spikes, strict=True)],
+            "rates": [s.float().mean().item() for s in want_spikes],
+            "dtypes": sorted({str(s.dtype) for s in spikes}),
+            "grads": [_rel(a, b) for a, b in zip(grads, want_grads, strict=True)],
+            "grads_nonzero": all(g.abs().max() > 0 for g in want_grads)}
+
+
+def graph(steps: int, path: str | None = None) -> dict:
+    """The lowered HLO of the front-end's forward and backward at `steps` frames (lowered,
+    not compiled): its instruction lines and While loops."""
+    import torch_xla
+
+    dev = xla.device()
+    frontend = _frontend(torch.float32).to(dev)
+    x = _frames(steps, torch.float32).to(dev).requires_grad_()
+    if path:
+        os.environ[LIF_PATH_ENV] = path
+    try:
+        out = frontend(x)
+        grads = torch.autograd.grad(out.sum(), [x, *frontend.parameters()])
+    finally:
+        os.environ.pop(LIF_PATH_ENV, None)
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([out, *grads])
+    lines = [line for line in hlo.splitlines() if " = " in line]
+    return {"instructions": len(lines), "whiles": sum(" while(" in line for line in lines)}
+
+
+def report() -> dict:
+    return {"path": choose_path(xla.device()),
+            "f64_T50": compare(torch.float64, 50),
+            "bf16_T8": compare(torch.float32, 8, bf16=True),
+            "graph_T50": graph(50), "graph_T100": graph(100),
+            "reference_T4": graph(4, "reference"), "reference_T8": graph(8, "reference")}
+
+
+if __name__ == "__main__":
+    print("RESULT", json.dumps(report()))
