@@ -94,12 +94,55 @@ def graph(steps: int, path: str | None = None) -> dict:
     return {"instructions": len(lines), "whiles": sum(" while(" in line for line in lines)}
 
 
+def mamba_scan(length: int) -> dict:
+    """Mamba's linear scan (lib/models/mamba.py `linear_scan`, on XLA its While loop) at
+    length L against `linear_scan_sequential` on the plain CPU, float64, the N-MNIST preset's
+    state shape (batch 2, d_inner 128, d_state 16): h and both gradients."""
+    from lib.models.mamba import linear_scan, linear_scan_sequential
+
+    g = torch.Generator().manual_seed(3)
+    shape = (BATCH, length, 128, 16)
+    a = torch.rand(shape, generator=g, dtype=torch.float64) * 0.2 + 0.8  # decays as exp(dA)
+    x = torch.randn(shape, generator=g, dtype=torch.float64)
+    grad = torch.randn(shape, generator=g, dtype=torch.float64)
+
+    def run(fn, device):
+        a_d, x_d = (t.to(device).requires_grad_() for t in (a, x))
+        h = fn(a_d, x_d)
+        grads = torch.autograd.grad(h, [a_d, x_d], grad.to(device))
+        if device.type == "xla":
+            xla.sync()
+        return [t.cpu() for t in (h, *grads)]
+
+    got = run(linear_scan, xla.device())
+    want = run(linear_scan_sequential, torch.device("cpu"))
+    return {"rel": [_rel(a, b) for a, b in zip(got, want, strict=True)]}
+
+
+def mamba_graph(length: int) -> dict:
+    """The lowered HLO of `linear_scan`'s forward and backward at length L on XLA."""
+    import torch_xla
+
+    from lib.models.mamba import linear_scan
+
+    dev = xla.device()
+    a = torch.full((BATCH, length, 8, 4), 0.9, device=dev, requires_grad=True)
+    x = torch.ones((BATCH, length, 8, 4), device=dev, requires_grad=True)
+    h = linear_scan(a, x)
+    grads = torch.autograd.grad(h.sum(), [a, x])
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([h, *grads])
+    lines = [line for line in hlo.splitlines() if " = " in line]
+    return {"instructions": len(lines), "whiles": sum(" while(" in line for line in lines)}
+
+
 def report() -> dict:
     return {"path": choose_path(xla.device()),
             "f64_T50": compare(torch.float64, 50),
             "bf16_T8": compare(torch.float32, 8, bf16=True),
             "graph_T50": graph(50), "graph_T100": graph(100),
-            "reference_T4": graph(4, "reference"), "reference_T8": graph(8, "reference")}
+            "reference_T4": graph(4, "reference"), "reference_T8": graph(8, "reference"),
+            "mamba_f64_L50": mamba_scan(50), "mamba_graph_L50": mamba_graph(50),
+            "mamba_graph_L300": mamba_graph(300)}
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 The scan is pure PyTorch: no Python loop over time steps, only over the log5(L) levels of a
 radix-5 recursive reduction (and the last few steps), so every shape is static and it runs
-unchanged on CPU, CUDA, MPS and XLA. `linear_scan_sequential` is the step-by-step reference
-the tests compare against.
+unchanged on CPU, CUDA and MPS; on XLA, where those levels would be unrolled into the graph,
+one While loop (lib/kernels/linear_scan_xla.py). `linear_scan_sequential` is the step-by-step
+reference the tests compare against.
 """
 
 from __future__ import annotations
@@ -110,7 +111,13 @@ class _LinearScan(torch.autograd.Function):
 # scan is already a few whole-tensor ops per level.
 @torch.compiler.disable
 def linear_scan(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Parallel h_t = a_t * h_{t-1} + x_t over dim 1 of (B, L, ...) tensors, h_{-1} = 0."""
+    """Parallel h_t = a_t * h_{t-1} + x_t over dim 1 of (B, L, ...) tensors, h_{-1} = 0; on
+    XLA one While loop (lib/kernels/linear_scan_xla.py): the levels here would be unrolled into
+    the graph, which would then grow with L."""
+    if x.device.type == "xla":
+        from lib.kernels.linear_scan_xla import linear_scan_xla  # reaches torch_xla
+
+        return linear_scan_xla(a, x)
     return _LinearScan.apply(a, x)
 
 
