@@ -176,8 +176,12 @@ def scan(fn, init, xs, pure: bool = False):
     `pure`: `fn` depends on its arguments only, so its traced graphs are kept (keyed on `fn`
     and the shapes) and reused by later calls instead of tracing again."""
     _tx()
+    import inspect
+
     from torch_xla.experimental.scan import scan as xla_scan
 
+    if "is_fn_pure" not in inspect.signature(xla_scan).parameters:  # before it was added
+        return xla_scan(fn, init, xs)
     return xla_scan(fn, init, xs, is_fn_pure=pure)
 
 
