@@ -149,7 +149,7 @@ print("RESULT", json.dumps({{"compiled": compiled, "nodes": nodes}}))
     result = json.loads(out.stdout.split("RESULT", 1)[1])
     compiled = result["compiled"]
     assert compiled.get("_accumulate") == 1 and compiled.get("optimizer_step") == 1, out.stdout
-    assert compiled.get("eval_step") == 1, out.stdout
+    assert compiled.get("_eval_step") == 1, out.stdout  # Backend.eval_step counts, _eval_step syncs
     assert result["nodes"] == [1, 1, 1], out.stdout
 
 
