@@ -95,9 +95,10 @@ print(transfers(2, {str(tmp_path / 'a')!r}), transfers(8, {str(tmp_path / 'b')!r
 
 
 def test_an_op_without_an_xla_lowering_is_named_in_the_epoch_record_and_a_host_read_is_not():
-    """What `compiles_per_epoch` asserts empty for each notebook run: an epoch record's
-    `xla_fallback_ops` names an op torch_xla ran on the CPU (torch.histc has no lowering in
-    torch_xla 2.9), and not `.item()`'s host read, which torch_xla lists with them."""
+    """What `compiles_per_epoch` asserts empty (MSHNet: but one named op) for each notebook
+    run: an epoch record's `xla_fallback_ops` names an op torch_xla ran on the CPU
+    (torch.histc has no lowering in torch_xla 2.9), and not `.item()`'s host read, which
+    torch_xla lists with them."""
     from lib.runtime import xla
     from lib.runtime.device import Probe, choose_device
     from lib.runtime.platforms import get_platform
