@@ -11,7 +11,8 @@ from lib.base import progress
 def test_epoch_line_is_a_formatted_row():
     record = {"epoch": 3, "lr": 1.0, "train_loss": 0.41234, "train_samples": 60000,
               "test_loss": 0.3012, "test_accuracy": 0.8712, "test_balanced_accuracy": 0.87,
-              "device": "cpu", "seconds": 85.0, "samples_per_s": 705.4, "xla_compiles": 0}
+              "device": "cpu", "seconds": 85.0, "samples_per_s": 705.4, "xla_compiles": 0,
+              "xla_repeat_compiles": 0, "xla_fallback_ops": []}
     # accuracy in percent, as the results table and the plots show it (progress.PERCENT)
     row = ("epoch 3/14  train_loss 0.4123  test_loss 0.3012  test_acc 87.12%  test_bal_acc "
            "87.00%  705 samples/s  ETA 4.1 min")

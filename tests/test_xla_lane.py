@@ -94,6 +94,27 @@ print(transfers(2, {str(tmp_path / 'a')!r}), transfers(8, {str(tmp_path / 'b')!r
     assert few == many, (few, many)
 
 
+def test_an_op_without_an_xla_lowering_is_named_in_the_epoch_record_and_a_host_read_is_not():
+    """What `compiles_per_epoch` asserts empty (MSHNet: but one named op) for each notebook
+    run: an epoch record's `xla_fallback_ops` names an op torch_xla ran on the CPU
+    (torch.histc has no lowering in torch_xla 2.9), and not `.item()`'s host read, which
+    torch_xla lists with them."""
+    from lib.runtime import xla
+    from lib.runtime.device import Probe, choose_device
+    from lib.runtime.platforms import get_platform
+    from lib.training.backend import Backend
+
+    choice = choose_device("xla", get_platform("colab_tpu"), Probe(xla_installed=True),
+                           environ={})
+    backend = Backend(choice)
+    x = torch.arange(8.0, device=xla.device())
+    assert float((x * 2).sum()) == 56.0  # a host read
+    assert "aten::histc" not in backend.epoch_stats()["xla_fallback_ops"]
+    assert torch.histc(x, bins=4).cpu().tolist() == [2.0, 2.0, 2.0, 2.0]
+    ops = backend.epoch_stats()["xla_fallback_ops"]
+    assert "aten::histc" in ops and "aten::_local_scalar_dense" not in ops, ops
+
+
 @pytest.mark.parametrize("auto", [True, False], ids=["micro-batch-auto", "micro-batch-fixed"])
 def test_each_graph_of_a_step_and_of_an_evaluation_compiles_once(tmp_path, auto):
     """A model with BatchNorm, MICRO_BATCH "auto" (its first step is the probing one) or a

@@ -42,7 +42,11 @@ def test_the_tpu_notebook_really_ran_on_xla_in_bf16(tpu_run):
 def test_compilations_stop_after_the_first_epoch(tpu_run):
     """Static shapes: the training step, the evaluation and the metrics compile once."""
     tmp, _ = tpu_run
-    assert len(compiles_per_epoch(tmp / "run" / "metrics.jsonl")) == 3
+    # Bilinear upsampling's backward runs on the host on torch_xla's CPU device (2.9; seen
+    # with bench.bench_xla_workloads, whatever align_corners): torch_xla lowers it for TPU
+    # devices only (not confirmed on a TPU here). Any other fallback fails.
+    cpu_only = frozenset({"aten::upsample_bilinear2d_backward"})
+    assert len(compiles_per_epoch(tmp / "run" / "metrics.jsonl", cpu_only)) == 3
 
 
 def test_an_xla_checkpoint_gives_the_same_predictions_on_a_plain_cpu(tpu_run):

@@ -16,16 +16,22 @@ from lib.runtime import xla
 from tests.notebook_run import XLA_ON_CPU
 
 
-def compiles_per_epoch(metrics: Path) -> list[int]:
+def compiles_per_epoch(metrics: Path, cpu_device_fallbacks: frozenset = frozenset()) -> list[int]:
     """`xla_compiles` of each epoch record, asserted flat after the first epoch (static
     shapes: the step, the evaluation and the metrics compile once), and no graph compiled
     twice in the first: `xla_repeat_compiles` (graphs compiled by a step or an evaluation
-    batch after the session's first of its kind, lib.training.backend) 0 in every epoch."""
+    batch after the session's first of its kind, lib.training.backend) 0 in every epoch; and
+    nothing run on the CPU for want of a lowering: `xla_fallback_ops` empty in every record
+    (each such op cuts the graph and copies its inputs to the host and back) but for the ops
+    named in `cpu_device_fallbacks`, which torch_xla lowers on a TPU and not on its CPU
+    device, the lane's stand-in."""
     records = read_jsonl(metrics)
     compiles = [r["xla_compiles"] for r in records]
     assert compiles[0] > 0 and all(c == compiles[0] for c in compiles[1:]), compiles
     repeats = [r["xla_repeat_compiles"] for r in records]
     assert repeats == [0] * len(records), repeats
+    fallbacks = [sorted(set(r["xla_fallback_ops"]) - cpu_device_fallbacks) for r in records]
+    assert fallbacks == [[]] * len(records), fallbacks
     return compiles
 
 

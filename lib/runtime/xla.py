@@ -193,6 +193,23 @@ def compile_count() -> int:
     return int(data[0]) if data else 0
 
 
+# A host read of a 0-dim tensor (`.item()`, `float(t)`): torch_xla runs it through its CPU
+# fallback and lists it with the fallback ops, but it is a device-to-host transfer (counted by
+# TransferFromDeviceTime), not an op XLA lacks.
+_HOST_READ = "aten::_local_scalar_dense"
+
+
+def fallback_ops() -> list[str]:
+    """The aten ops this process has run on the CPU because torch_xla has no lowering for them
+    (`torch_xla.debug.metrics.executed_fallback_ops()`, e.g. ["aten::histc"]), sorted; each
+    call copies its inputs to the host, runs eagerly and sends the result back, cutting the
+    graph there. Empty when every op lowered. `.item()`'s host read is left out (a transfer,
+    not a missing op)."""
+    import torch_xla.debug.metrics as met
+
+    return sorted(op for op in met.executed_fallback_ops() if op != _HOST_READ)
+
+
 @contextlib.contextmanager
 def counting_compiles(report):
     """`report(n)` with the graphs compiled inside the block (compilation happens at the

@@ -305,12 +305,15 @@ class Backend:
             free_memory(self.device)
 
     def epoch_stats(self) -> dict:
-        """On XLA: `xla_compiles`, the session's compilations so far, and
-        `xla_repeat_compiles`, those of this epoch at a step or evaluation batch that was not
-        the session's first of its kind (0 when each distinct graph compiles once)."""
+        """On XLA: `xla_compiles`, the session's compilations so far, `xla_repeat_compiles`,
+        those of this epoch at a step or evaluation batch that was not the session's first of
+        its kind (0 when each distinct graph compiles once), and `xla_fallback_ops`, the ops
+        the process has run on the CPU for want of an XLA lowering so far (sorted names; []
+        when every op lowered: `lib.runtime.xla.fallback_ops`)."""
         if self.is_xla:
             from lib.runtime import xla
 
             repeated, self.repeated = self.repeated, 0
-            return {"xla_compiles": xla.compile_count(), "xla_repeat_compiles": repeated}
+            return {"xla_compiles": xla.compile_count(), "xla_repeat_compiles": repeated,
+                    "xla_fallback_ops": xla.fallback_ops()}
         return {}

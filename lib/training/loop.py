@@ -189,8 +189,9 @@ def fit(task: Task, train_loader, eval_loader, choice: DeviceChoice, run: RunFol
 
     `max_batches` caps train and eval batches per epoch (smoke mode). Each epoch record has
     `epoch` (1-based, epochs done), the train/test dicts, `lr`, `seconds`, `samples_per_s`,
-    `device` and, on XLA, `xla_compiles`; with `compiled` (the model went through
-    torch.compile), the session's first epoch also has `compile_seconds`. Under DDP/XLA
+    `device` and, on XLA, `Backend.epoch_stats`' compile counts and fallback ops; with
+    `compiled` (the model went through torch.compile), the session's first epoch also has
+    `compile_seconds`. Under DDP/XLA
     multi-processing (`dist`), each process trains on its shard and only the main one writes;
     the main process decides at each batch boundary whether to save mid-epoch (every
     `checkpoint_minutes`) or to save and stop (the session clock, `run.clock`, is about to
