@@ -62,13 +62,9 @@ def captured():
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from lib.runtime.cpu import cpu_model as model  # the name sessions record
+
+    return model()
 
 
 def load_average() -> str:

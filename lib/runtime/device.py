@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import platform as platform_mod
 import shutil
 from dataclasses import dataclass, field
 
 import torch
 
 from lib.base.errors import ConfigError, DeviceError
+from lib.runtime.cpu import cpu_model
 from lib.runtime.platforms import ANY, DEVICE_CHOICES, Platform
 
 __all__ = ["DEVICE_CHOICES", "DeviceError", "choose_device"]
@@ -100,21 +100,12 @@ def accelerator(kind: str) -> tuple[str, float | None]:
 
         tpu = os.environ.get("TPU_ACCELERATOR_TYPE")  # set on TPU VMs, e.g. v5litepod-8
         return " ".join(filter(None, [xla.device_type() or "XLA", tpu])), None
-    model = next((line.split(":", 1)[1].strip() for line in _cpuinfo()
-                  if line.startswith("model name")), platform_mod.processor() or "CPU")
+    model = cpu_model()
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
     except (ValueError, OSError, AttributeError):  # no sysconf names (Windows)
         memory = None
     return model, round(memory, 1) if memory else None
-
-
-def _cpuinfo() -> list[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return f.read().splitlines()
-    except OSError:  # not Linux
-        return []
 
 
 def shm_free_bytes(path: str = SHM) -> int | None:

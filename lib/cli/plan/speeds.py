@@ -29,6 +29,7 @@ from pathlib import Path
 
 from lib.runs.identity import read_config, timed_sessions
 from lib.runs.records import read_jsonl
+from lib.runtime.cpu import cpu_model
 
 DATA = Path(__file__).with_name("speeds.toml")
 SETTINGS = ("dataset", "smoke", "sample_data")  # what changes an epoch's size or model
@@ -119,16 +120,8 @@ def comparable(target: Target, params: dict, row: dict) -> str | None:
 
 
 def cpu_here() -> str:
-    """This machine's CPU model, as lib.runtime.device.accelerator names it (without torch)."""
-    import platform as platform_mod
-
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform_mod.processor() or "CPU"
+    """This machine's CPU model, as a session row names it (lib.runtime.cpu)."""
+    return cpu_model()
 
 
 def device_label(row: dict) -> str:
