@@ -102,6 +102,36 @@ def _compiled_task(**kw):
     return task
 
 
+class _Dropped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.nn.functional.dropout(self.linear(x), 0.5, self.training)
+
+
+def _masked(how):
+    torch.manual_seed(0)
+    model = _Dropped()
+    if how == "plain":
+        model.compile()  # inductor's own random masks
+    elif how == "apply":
+        compile.apply(model, True)
+    torch.manual_seed(1)
+    return model(torch.ones(4, 8))
+
+
+@pytest.mark.slow  # compiles through inductor
+def test_eager_masks_hold_after_the_same_class_was_compiled_plainly_in_this_process():
+    """CI found it: Dynamo reuses a class's compiled forward across instances and does not
+    guard inductor's global config, so a model compiled plainly first handed a later
+    compile.apply its graph, and the run's dropout masks (so its losses) left eager's."""
+    eager = _masked("eager")
+    assert not torch.equal(_masked("plain"), eager)  # the plain compile does draw its own
+    torch.testing.assert_close(_masked("apply"), eager, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.slow  # compiles through inductor: make test, not test-quick
 def test_a_compiled_run_computes_the_eager_numbers_resumes_and_saves_plain_weights(tmp_path):
     """Toy model with dropout: the same masks (fallback_random), losses and weights within

@@ -61,12 +61,13 @@ def apply(model: nn.Module, on: bool) -> nn.Module:
 
     Random ops (dropout) then draw from torch's generator exactly as in eager mode
     (inductor's `fallback_random`), not from inductor's own: compiling changes how a run
-    computes, never what, and a resumed run's restored generator state still applies."""
-    if on:
-        import torch._inductor.config as inductor_config
+    computes, never what, and a resumed run's restored generator state still applies.
 
-        inductor_config.fallback_random = True
-        model.compile()
+    The option travels with this compile (`options=`), not as inductor's global config: Dynamo
+    does not guard on that config, so a model of the same class compiled earlier in the process
+    without it would otherwise hand this one its graph, with inductor's own random masks."""
+    if on:
+        model.compile(options={"fallback_random": True})
     return model
 
 
