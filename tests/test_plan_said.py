@@ -4,25 +4,16 @@ figure (Mamba-Spike: 52 min an epoch) on machines of a --quotas file; no trainin
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from types import SimpleNamespace
 
 import pytest
 
-from lib.cli.main import main
 from lib.cli.params import UsageError
 from lib.cli.plan import quotas
+from tests.test_plan import cli
 
 START = "2026-12-01T09:00"
-
-
-def cli(*args) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["plan", *args])
-    return rc, out.getvalue(), err.getvalue()
 
 
 def plan_on(tmp_path, toml: str, *args):

@@ -15,15 +15,9 @@ import pytest
 
 from lib.cli.main import main
 from lib.cli.plan.speeds import cpu_here
+from tests.test_plan import cli
 
 START = "2026-12-01T09:00"
-
-
-def cli(*args) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["plan", *args])
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
