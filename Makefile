@@ -28,6 +28,10 @@ XDIST = -n $(JOBS) --dist loadscope
 # what a run wrote); a third worker computes meanwhile. On the 2-core CI machine: 1,239 s at
 # -n 2 (vmstat: 12% of the CPU idle), 1,026 s at -n 3 (1.4% idle), the same 1,243 tests.
 MAIN_JOBS ?= 3
+# The main and quick lanes' notebook kernels are forked from one process per worker that
+# imported torch and the rest once (tests/kernel_zygote.py: where that would not be what a fresh
+# kernel is, a real one starts). Not the image lanes: their bootstraps install packages.
+KERNELS = TA_KERNEL_ZYGOTE=1
 
 .PHONY: install install-xla lock fuse lanes demo test test-quick test-main test-main-tests \
 	test-quick-tests test-slurm test-xla test-lanes clean-xla lint notebooks check \
@@ -122,11 +126,11 @@ test-main: install fuse docs-deps lint check test-main-tests
 # tmp_path_retention_policy), so the lane's disk is what its running tests hold.
 test-main-tests: install fuse docs-deps
 	OMP_NUM_THREADS=1 $(PY) -m tests.environment
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(MAIN_JOBS) --dist loadscope --durations=30 \
+	$(KERNELS) OMP_NUM_THREADS=1 $(PY) -m pytest -n $(MAIN_JOBS) --dist loadscope --durations=30 \
 		-m "not xla and not lane and not slurm" tests
 
 test-quick-tests: install
-	OMP_NUM_THREADS=1 $(PY) -m pytest $(XDIST) --durations=10 \
+	$(KERNELS) OMP_NUM_THREADS=1 $(PY) -m pytest $(XDIST) --durations=10 \
 		-m "quick or not (notebook or xla or lane or slurm or slow)" tests
 
 # `sweep --on slurm` against a real single-node Slurm: tests/slurm_cluster.py installs Debian's

@@ -13,6 +13,26 @@ from lib.runtime.platforms import detect_runtime
 collect_ignore_glob = [] if importlib.util.find_spec("torch_xla") else ["test_xla_*.py"]
 
 
+def pytest_configure(config):
+    """Each process that runs tests (an xdist worker, or pytest without xdist) starts its kernel
+    zygote when TA_KERNEL_ZYGOTE=1 (the Makefile's main and quick lanes): tests/kernel_zygote.py."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from tests import kernel_zygote
+
+    if getattr(config.option, "numprocesses", 0) and not hasattr(config, "workerinput"):
+        return  # xdist's controller runs no test
+    folder = Path(tempfile.mkdtemp(prefix="ta-kernels-"))
+    if kernel_zygote.start(folder) is None:
+        os.rmdir(folder)
+    else:
+        import atexit
+
+        atexit.register(shutil.rmtree, folder, True)
+
+
 @pytest.fixture(autouse=True)
 def _no_platform_left_behind():
     """A test that leaves the fake `google.colab` imported, or a platform's variable set, makes

@@ -425,3 +425,19 @@ def test_a_client_that_cannot_be_installed_is_one_line_and_the_bootstrap_goes_on
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == ("bootstrap: wandb>=0.21 could not be installed (no network? on Kaggle: "
                          "Settings -> Internet on); the trackers that need them say so")
+
+
+def test_a_session_that_logs_no_epoch_adds_no_tensorboard_file(tmp_path):
+    """Ctrl-C before a session's first epoch: tb/ is as it was (the event file is made with
+    the first numbers, then holds them)."""
+    from lib.runs.trackers import TensorBoard
+
+    quiet = TensorBoard()
+    quiet.open(tmp_path, {"from_epoch": 3}, {})
+    quiet.close()
+    assert not (tmp_path / "tb").exists()
+    logged = TensorBoard()
+    logged.open(tmp_path, {"from_epoch": 3}, {})
+    logged.log(3, {"train_loss": 0.5})
+    logged.close()
+    assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 1

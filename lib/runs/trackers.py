@@ -97,16 +97,23 @@ class TensorBoard(Tracker):
     def open(self, folder, facts, kept):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(str(folder / "tb"), purge_step=facts["from_epoch"])
+        # The event file is made at the first epoch's numbers: a session stopped before it
+        # (Ctrl-C at start-up) adds no empty file to tb/ (found by the tests' kernels, forked
+        # with TensorBoard already imported, so opened a second sooner than a fresh kernel).
+        self.writer, self._open = None, lambda: SummaryWriter(
+            str(folder / "tb"), purge_step=facts["from_epoch"])
         return {}, None
 
     def log(self, epoch, numbers):
+        if self.writer is None:
+            self.writer = self._open()
         for key, value in numbers.items():
             self.writer.add_scalar(key, value, epoch)
         self.writer.flush()
 
     def close(self):
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()
 
 
 class WandB(Tracker):

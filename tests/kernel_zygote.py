@@ -1,0 +1,224 @@
+"""Notebook kernels forked from one process that imported the heavy libraries once.
+
+The main lane starts some 130 notebook kernels (papermill in the tests, and inside the
+command-line runs, sweeps and stand-ins they start); each paid Python's and torch's imports
+again (torch, torchvision's Dynamo, matplotlib, TensorBoard: 4.8 s of CPU on a quiet machine,
+7-10 s on the lane's loaded one), about half of a SMOKE notebook's CPU. Here, each pytest
+worker starts one zygote that imports them (never `lib`: the project's code is read fresh by
+every kernel), and the kernelspec `python3` is pointed, through JUPYTER_PATH, at
+`tests/kernel_launch.py`: a standard-library launcher that asks the zygote to fork a kernel
+with the launcher's environment, working folder, arguments and stdin/stdout/stderr, then stands
+in for it (signals forwarded to the kernel's process group, its exit status returned).
+
+Where a fork would not be what a fresh kernel is, the launcher starts a real one instead
+(`python -m ipykernel_launcher`, as the kernelspec it replaces):
+- the environment differs from the zygote's in a variable read at import time (IMPORT_TIME:
+  PYTHONPATH, thread counts, torch's, CUDA's, XLA's, matplotlib's, the home and temp folders);
+- TA_REAL_KERNEL is set (a test about the kernel's process: its peak memory, its children);
+- no zygote is listening (not started, or still importing).
+Whatever the zygote's imports print would be missing from the kernels' output: it refuses to
+serve if they print anything (a library's warning a notebook must show), and every kernel is
+then a real one.
+
+Enabled by TA_KERNEL_ZYGOTE=1 (the Makefile's main lane and quick lane); not in the image
+lanes, whose bootstraps install packages a forked kernel would not import again.
+
+Protocol on the Unix socket, one JSON line each way, the launcher's fds 0-2 passed with the
+request (SCM_RIGHTS): {"argv", "env", "cwd"} -> {"pid"}; when the kernel ends, {"status"}. A
+launcher that goes away (SIGKILLed) takes its kernel with it: the zygote sees the connection
+close and kills the kernel's process group. Single-threaded (select), so every fork is safe.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import io
+import json
+import os
+import re
+import runpy
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HEAVY = ("numpy", "torch", "torchvision", "matplotlib", "matplotlib.pyplot", "PIL.Image",
+         "scipy.ndimage", "torch.utils.tensorboard", "IPython", "IPython.display", "einops",
+         "snntorch", "tonic", "h5py", "pandas", "tqdm.auto", "ipywidgets", "nbformat")
+# Variables a library reads when it is imported: a kernel whose value differs is a real one.
+IMPORT_TIME = re.compile(r"^(PYTHON|OMP_|MKL_|KMP_|OPENBLAS|GOMP|TORCH|PYTORCH|TRITON|CUDA|"
+                         r"NVIDIA|PJRT|XLA|TPU|LD_|MPL|HOME$|XDG_|LANG$|LC_)")
+ENABLE = "TA_KERNEL_ZYGOTE"
+SOCKET = "TA_KERNEL_ZYGOTE_SOCKET"  # set for the tests (and what they start) once it serves
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# Read when used, not when imported (the child also forgets tempfile's cached folder), and set
+# for its kernel by every command-line run (lib/cli/execute.py): TORCHINDUCTOR_CACHE_DIR
+# (torch._inductor.runtime.cache_dir_utils.cache_dir reads it at each call), the temp folder,
+# and KMP_DUPLICATE_LIB_OK (Intel's OpenMP runtime reads it; torch's Linux wheels load GNU's).
+AT_USE = {"TORCHINDUCTOR_CACHE_DIR", "TMPDIR", "TEMP", "TMP", "KMP_DUPLICATE_LIB_OK"}
+
+
+def import_time_env(env) -> dict:
+    return {k: v for k, v in env.items() if IMPORT_TIME.match(k) and k not in AT_USE}
+
+
+def _child(request: dict, fds: list[int], listener: socket.socket, conns) -> None:
+    """In the forked child: become `python -m ipykernel_launcher ...`; never return."""
+    code = 1
+    try:
+        listener.close()
+        for c in conns:
+            c.close()
+        os.setsid()  # its own process group: the launcher forwards signals to it
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
+                          else signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.path[0] = request["cwd"]  # `python -m` puts the working folder first
+        tempfile.tempdir = None
+        sys.argv = ["ipykernel_launcher", *request["argv"]]
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
+        try:
+            runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as end:
+            code = end.code if isinstance(end.code, int) else (0 if end.code is None else 1)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        atexit._run_exitfuncs()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(path: str) -> None:
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            for name in HEAVY:
+                with contextlib.suppress(ImportError):
+                    importlib.import_module(name)
+    if said.getvalue() or caught:
+        # A kernel forked from here would not print what a fresh one prints on import.
+        print(json.dumps({"refused": said.getvalue()[:500] + "; ".join(
+            str(w.message) for w in caught)[:500]}), flush=True)
+        return
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".new")
+    listener.listen(64)
+    os.rename(path + ".new", path)  # seen by launchers only once it listens
+    print(json.dumps({"ready": True}), flush=True)
+    conns: dict[socket.socket, int | None] = {}  # launcher connection -> its kernel's pid
+    kernels: dict[int, socket.socket] = {}
+    parent = os.getppid()
+    while True:
+        ready, _, _ = select.select([listener, *conns], [], [], 0.2)
+        for sock in ready:
+            if sock is listener:
+                conn, _ = listener.accept()
+                conns[conn] = None
+                continue
+            try:
+                msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+            except OSError:
+                msg, fds = b"", []
+            pid = conns[sock]
+            if not msg:  # the launcher went away: so does its kernel
+                for fd in fds:
+                    os.close(fd)
+                if pid is not None:
+                    with contextlib.suppress(OSError):
+                        os.killpg(pid, signal.SIGKILL)
+                del conns[sock]
+                sock.close()
+                continue
+            request = json.loads(msg)
+            pid = os.fork()
+            if pid == 0:
+                _child(request, fds, listener, list(conns))
+            for fd in fds:
+                os.close(fd)
+            conns[sock], kernels[pid] = pid, sock
+            with contextlib.suppress(OSError):
+                sock.sendall((json.dumps({"pid": pid}) + "\n").encode())
+        while kernels:  # reap the kernels that ended, and tell their launchers
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            sock = kernels.pop(pid, None)
+            if sock is not None and sock in conns:
+                with contextlib.suppress(OSError):
+                    sock.sendall((json.dumps({"status": os.waitstatus_to_exitcode(status)})
+                                  + "\n").encode())
+                conns[sock] = None
+        if os.getppid() != parent:  # the pytest worker that started it is gone
+            for pid in kernels:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+            return
+
+
+def kernelspec(folder: Path) -> Path:
+    """JUPYTER_PATH's folder whose kernels/python3 is the launcher (the native spec's argv,
+    display name and language otherwise)."""
+    spec = folder / "kernels" / "python3"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, str(ROOT / "tests" / "kernel_launch.py"), "-f",
+                 "{connection_file}"],
+        "display_name": "Python 3 (ipykernel)", "language": "python",
+        "metadata": {"debugger": True}}))
+    return folder
+
+
+def start(folder: Path) -> subprocess.Popen | None:
+    """For this pytest worker (os.environ: its tests and what they start): the kernelspec now,
+    the zygote in the background (kernels before it is ready are real ones)."""
+    if os.environ.get(ENABLE) != "1":
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "zygote.sock"
+    env = dict(os.environ)
+    env.pop(SOCKET, None)
+    proc = subprocess.Popen([sys.executable, "-m", "tests.kernel_zygote", str(path)], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, text=True)
+    (folder / "zygote.env").write_text(json.dumps(import_time_env(env)))
+    (folder / "zygote.pid").write_text(str(proc.pid))
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(
+        [str(kernelspec(folder / "jupyter"))] +
+        [p for p in [os.environ.get("JUPYTER_PATH")] if p])
+    os.environ[SOCKET] = str(path)
+    atexit.register(lambda: (proc.poll() is None and proc.kill()))
+    return proc
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
+    time.sleep(0)
