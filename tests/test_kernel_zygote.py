@@ -1,0 +1,107 @@
+"""The tests' forked kernels (tests/kernel_zygote.py) are what a fresh kernel is to a notebook:
+its environment, working folder, import path and outputs; and a kernel whose import-time
+environment differs from the zygote's, or that asks for it, is a real one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+import nbformat
+import papermill
+import pytest
+
+from tests import kernel_zygote
+
+PROBE = ("import json, os, sys, tempfile\n"
+         "print(json.dumps({'cwd': os.getcwd(), 'path': sys.path, 'argv0': sys.argv[0],\n"
+         "    'mine': os.environ.get('MINE'), 'tmp': tempfile.gettempdir(),\n"
+         "    'lib': any(m == 'lib' or m.startswith('lib.') for m in sys.modules),\n"
+         "    'torch': 'torch' in sys.modules, 'session': os.getsid(0) == os.getpid()}))")
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("zygote")
+    with mock.patch.dict(os.environ, {kernel_zygote.ENABLE: "1"}):
+        saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", kernel_zygote.SOCKET)}
+        proc = kernel_zygote.start(folder)
+        assert json.loads(proc.stdout.readline()) == {"ready": True}
+        yield folder
+        proc.kill()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _probe(folder: Path, name: str, **env) -> dict:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBE)])
+    nbformat.write(nb, folder / f"{name}.ipynb")
+    work = folder / f"{name}-cwd"
+    work.mkdir()
+    with mock.patch.dict(os.environ, {"MINE": name, "TMPDIR": str(work), **env}):
+        papermill.execute_notebook(str(folder / f"{name}.ipynb"), str(folder / f"{name}-out.ipynb"),
+                                   kernel_name="python3", progress_bar=False, cwd=str(work))
+    out = nbformat.read(folder / f"{name}-out.ipynb", as_version=4).cells[0].outputs
+    return json.loads(next(o["text"] for o in out if o.get("name") == "stdout"))
+
+
+def _said(folder: Path) -> list[str]:
+    return [line.split(" ", 1)[1] for line in (folder / "kernels.log").read_text().splitlines()]
+
+
+def test_a_forked_kernel_sees_what_a_real_one_sees(zygote):
+    forked = _probe(zygote, "forked")
+    real = _probe(zygote, "real", TA_REAL_KERNEL="1")
+    said = _said(zygote)
+    assert said[0].startswith("forked: ") and said[1] == "real: TA_REAL_KERNEL", said
+    assert forked.pop("torch") is True and real.pop("torch") is False  # what it saves
+    assert forked.pop("path") == real.pop("path")  # '' before site-packages: IPython's
+    for probe, name in ((forked, "forked"), (real, "real")):
+        work = str(zygote / f"{name}-cwd")
+        assert probe == {"cwd": work, "argv0": probe["argv0"], "mine": name, "tmp": work,
+                         "lib": False, "session": True}, probe
+        assert probe["argv0"].endswith("ipykernel_launcher.py")
+
+
+def test_an_import_time_variable_that_differs_starts_a_real_kernel(zygote):
+    before = len(_said(zygote))
+    probe = _probe(zygote, "threads", OMP_NUM_THREADS="7")
+    assert probe["torch"] is False
+    assert _said(zygote)[before:] == ["real: import-time variables differ: OMP_NUM_THREADS"]
+
+
+def test_a_killed_launcher_takes_its_kernel_with_it(zygote, tmp_path):
+    """jupyter_client SIGKILLs the kernel it started (the launcher): the forked kernel goes too."""
+    conn = tmp_path / "kernel.json"
+    conn.write_text(json.dumps({"shell_port": 0, "iopub_port": 0, "stdin_port": 0,
+                                "control_port": 0, "hb_port": 0, "ip": "127.0.0.1", "key": "",
+                                "transport": "tcp", "signature_scheme": "hmac-sha256"}))
+    launcher = subprocess.Popen([sys.executable, str(kernel_zygote.ROOT / "tests" /
+                                                     "kernel_launch.py"), "-f", str(conn)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, lines = time.monotonic() + 60, []
+    while not (lines and lines[-1].startswith(f"{launcher.pid} forked: ")):
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.1)
+        lines = (zygote / "kernels.log").read_text().splitlines()
+    kernel = int(lines[-1].split()[-1])
+    os.kill(kernel, 0)  # running
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(kernel, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"the forked kernel {kernel} outlived its killed launcher")
