@@ -35,6 +35,16 @@ def main() -> None:
     path = os.environ.get("TA_KERNEL_ZYGOTE_SOCKET")
     if not path or os.environ.get("TA_REAL_KERNEL"):
         real("TA_REAL_KERNEL" if path else "no zygote")
+    # A kernel reads its parent's command line (lib/base/errors.py: started by papermill's?
+    # the bootstrap: which notebook?); a forked kernel's parent is the zygote, whose command
+    # line names neither: where the launcher's parent's does, the kernel is a real one.
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = f.read().decode(errors="replace")
+    except OSError:
+        parent = "papermill?"  # cannot tell: a real one
+    if "papermill" in parent or ".ipynb" in parent:
+        real("its parent's command line names papermill or a notebook")
     waited = 0.0
     while not os.path.exists(path):  # still importing: a fork is seconds sooner than a start
         try:

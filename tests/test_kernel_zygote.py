@@ -105,3 +105,17 @@ def test_a_killed_launcher_takes_its_kernel_with_it(zygote, tmp_path):
             return
         time.sleep(0.1)
     pytest.fail(f"the forked kernel {kernel} outlived its killed launcher")
+
+
+def test_a_kernel_started_by_papermills_command_line_is_a_real_one(zygote):
+    """The notebook reads its parent's command line (papermill's? which notebook?): a forked
+    kernel's parent is the zygote, so papermill's command line gets a real kernel."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBE)])
+    nbformat.write(nb, zygote / "cli.ipynb")
+    before = len(_said(zygote))
+    done = subprocess.run([sys.executable, "-m", "papermill", str(zygote / "cli.ipynb"),
+                           str(zygote / "cli-out.ipynb"), "-k", "python3"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _said(zygote)[before:] == [
+        "real: its parent's command line names papermill or a notebook"]
