@@ -28,9 +28,10 @@ XDIST = -n $(JOBS) --dist loadscope
 # what a run wrote); a third worker computes meanwhile. On the 2-core CI machine: 1,239 s at
 # -n 2 (vmstat: 12% of the CPU idle), 1,026 s at -n 3 (1.4% idle), the same 1,243 tests.
 MAIN_JOBS ?= 3
-# The main, quick and XLA lanes' notebook kernels are forked from one process per worker that
+# The main and quick lanes' notebook kernels are forked from one process per worker that
 # imported torch and the rest once (tests/kernel_zygote.py: where that would not be what a fresh
-# kernel is, a real one starts). Not the image lanes: their bootstraps install packages.
+# kernel is, a real one starts). Not the image lanes: their bootstraps install packages. Not the
+# XLA lane: its workers import torch_xla, which sets PJRT_DYNAMIC_PLUGINS, so none would fork.
 # Inductor's compile threads are one, as the intra-op threads are: its config reads the count
 # when imported, and bench.bench_compile (run in a worker by the bench smoke tests) set it to 1
 # in the worker's environment mid-lane, so every kernel after it differed from the zygote's.
@@ -149,7 +150,7 @@ test-slurm: install
 test-xla: install-xla
 	OMP_NUM_THREADS=1 $(XLA_PY) -m tests.environment
 	PJRT_DEVICE=CPU XLA_FLAGS=--xla_backend_optimization_level=0 \
-		$(KERNELS) $(XLA_PY) -m pytest $(XDIST) --durations=30 -m xla tests
+		$(XLA_PY) -m pytest $(XDIST) --durations=30 -m xla tests
 
 # Every lane, built from nothing and kept (to look into one: then `python -m tests.lanes test`).
 lanes: install
