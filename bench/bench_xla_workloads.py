@@ -45,17 +45,11 @@ WORKLOADS = {
 
 
 def _counts() -> dict:
-    """torch_xla's cumulative counts so far: compilations and their seconds (CompileTime's
-    accumulator, in nanoseconds: the PJRT client's compile, not the tracing of the step
-    before it; the loop's `compile_seconds` exists for torch.compile only), device-to-host
-    transfers (TransferFromDeviceTime's samples: one per transfer, however many tensors it
-    moves)."""
-    import torch_xla.debug.metrics as met
+    """torch_xla's cumulative compilations, compile seconds and device-to-host transfers
+    (lib.runtime.xla.metric_counts; the loop's `compile_seconds` is torch.compile's only)."""
+    from lib.runtime import xla
 
-    compile_data = met.metric_data("CompileTime") or (0, 0, [])
-    transfer_data = met.metric_data("TransferFromDeviceTime") or (0, 0, [])
-    return {"compiles": int(compile_data[0]), "compile_s": compile_data[1] / 1e9,
-            "transfers": int(transfer_data[0])}
+    return xla.metric_counts()
 
 
 def _instructions(dump: Path) -> list[int]:

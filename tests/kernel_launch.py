@@ -56,8 +56,8 @@ def main() -> None:
             real("the zygote was not ready in 120 s")
         time.sleep(0.05)
         waited += 0.05
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from kernel_zygote import import_time_env  # the zygote's own rule
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests.kernel_zygote import import_time_env  # the zygote's own rule
 
     try:
         with open(os.path.join(os.path.dirname(path), "zygote.env")) as f:

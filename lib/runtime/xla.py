@@ -187,10 +187,20 @@ def scan(fn, init, xs, pure: bool = False):
 
 def compile_count() -> int:
     """Cumulative XLA graph compilations in this process (proof that shapes are static)."""
+    return metric_counts()["compiles"]
+
+
+def metric_counts() -> dict:
+    """torch_xla's cumulative counts in this process: `compiles` and `compile_s` (CompileTime's
+    samples and accumulator: the PJRT client's compile, not the tracing before it), and
+    `transfers` (TransferFromDeviceTime's samples: one per device-to-host transfer, however
+    many tensors it moves)."""
     import torch_xla.debug.metrics as met
 
-    data = met.metric_data("CompileTime")
-    return int(data[0]) if data else 0
+    compile_data = met.metric_data("CompileTime") or (0, 0, [])
+    transfer_data = met.metric_data("TransferFromDeviceTime") or (0, 0, [])
+    return {"compiles": int(compile_data[0]), "compile_s": compile_data[1] / 1e9,
+            "transfers": int(transfer_data[0])}
 
 
 # A host read of a 0-dim tensor (`.item()`, `float(t)`): torch_xla runs it through its CPU
