@@ -113,9 +113,9 @@ demo: notebooks
 	$(PY) -m lib.cli.demo
 
 # The whole suite, measured (tests/suite.py): installs, lint, --check, the main lane (the XLA
-# venv and the image lanes are built beside it: downloads and unpacking, not computing), the
-# XLA lane with the Slurm lane beside it (its cells mostly wait), the image lanes; then a table
-# of each phase's seconds and the peak disk used. Standard library only: no venv needed yet.
+# venv is built beside it, downloads and unpacking, and the Slurm lane runs, its cells mostly
+# waiting), the XLA lane, the image lanes; then a table of each phase's seconds and the peak
+# disk used. Standard library only: no venv needed yet.
 test:
 	$(PYTHON) -m tests.suite
 

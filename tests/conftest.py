@@ -33,6 +33,23 @@ def pytest_configure(config):
         atexit.register(shutil.rmtree, folder, True)
 
 
+# xdist's `--dist loadscope` hands whole modules to the workers in collection order; one of
+# minutes handed out last ends its lane minutes after the others (the XLA lane's MSHNet module,
+# 229 s, started halfway: 415 s where longest-first gives about 315). So the modules that took
+# longest are collected first, longest first: their seconds (every test's setup, call and
+# teardown) on the last measured lanes (`--durations=0`, 2-core machine, round seven).
+LONGEST = {"test_sweep_remote.py": 479, "test_notebooks_drive.py": 286,
+           "test_kill_resume.py": 267, "test_notebooks_clouds.py": 259, "test_sweep.py": 228,
+           "test_carry_journey.py": 228, "test_first_use.py": 217, "test_gpu_check.py": 211,
+           "test_new_workload.py": 200, "test_notebooks_more_clouds.py": 192,
+           "test_docs_site.py": 191, "test_xla_mshnet.py": 229, "test_xla_lane.py": 128}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The LONGEST modules first, longest first; the rest as collected (a stable sort)."""
+    items.sort(key=lambda item: -LONGEST.get(item.path.name, 0))
+
+
 @pytest.fixture(autouse=True)
 def _no_platform_left_behind():
     """A test that leaves the fake `google.colab` imported, or a platform's variable set, makes

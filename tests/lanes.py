@@ -221,7 +221,7 @@ def longest_first(names: list[str], known: dict[str, dict]) -> list[str]:
 def pytest_lane(name: str, log: Path) -> int:
     """Run lane `name`'s notebooks (tests/test_image_lanes.py) in one pytest; its exit status."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "lane",
-           "tests/test_image_lanes.py"]
+           "--durations=10", "tests/test_image_lanes.py"]
     env = dict(os.environ, TA_LANE=name, TA_LANES_DIR=str(LANES))
     with log.open("a") as out:
         return subprocess.run(cmd, cwd=ROOT, env=env, stdout=out,

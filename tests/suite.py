@@ -6,8 +6,8 @@
 Runs each phase (a `make` target) and ends with a table: its seconds, its exit status, and the
 peak disk used while it ran (every file system it writes: the clone, the temporary folder, uv's
 and pip's caches), sampled every second. Phases that mostly wait run beside one that computes:
-the XLA venv is built (downloads, unpacking) while the main lane's tests run, and the Slurm
-lane (its cells wait on the scheduler) beside the XLA lane and then the image lanes. Disk is
+the XLA venv is built (downloads, unpacking) and the Slurm lane runs (its cells wait on the
+scheduler) while the main lane's tests run. Disk is
 given back as soon as a phase is done with it: the XLA venv (7.6 GB) goes once its lane passed,
 and each image lane (5-7 GB) is built just before its tests and removed after them
 (tests/lanes.py `run`), so no more than the main venv and the XLA venv, or the main venv and
@@ -111,27 +111,32 @@ def run(phase: Phase, root: Path = ROOT) -> bool:
     return phase.rc == 0
 
 
-def run_beside(mains: Phase | tuple[Phase, ...], side: Phase, root: Path = ROOT,
+def run_beside(mains: Phase | tuple[Phase, ...], *sides: Phase, root: Path = ROOT,
                during=lambda label: None) -> bool:
-    """`side` runs beside `mains`, one after another (stopping at the first that fails; each
-    told to `during` as it starts), its output after theirs; True when all passed."""
+    """`sides` run beside `mains` (all started at once), the mains one after another (stopping
+    at the first that fails; each told to `during` as it starts); each side's output after
+    theirs; True when all passed."""
     mains = mains if isinstance(mains, tuple) else (mains,)
     (root / OUT.name).mkdir(exist_ok=True)
-    side.log, side.beside = root / OUT.name / f"{side.target}.log", mains[0].name
-    side.started = time.monotonic()
-    proc = _make(side.target, side.log, root)
+    procs = []
+    for side in sides:
+        side.log, side.beside = root / OUT.name / f"{side.target}.log", mains[0].name
+        side.started = time.monotonic()
+        procs.append(_make(side.target, side.log, root))
     ok = True
     for main in mains:
         if ok:
             during(main.name)
             ok = run(main, root)
-    side.rc = proc.wait()
-    side.ended = time.monotonic()
-    side.seconds = side.ended - side.started
-    print(f"===== {side.name} (make {side.target}, beside {mains[0].name}): exit {side.rc} "
-          f"after {side.seconds:.0f} s =====", flush=True)
-    print(side.log.read_text(errors="replace"), flush=True)
-    return ok and side.rc == 0
+    for side, proc in zip(sides, procs, strict=True):
+        side.rc = proc.wait()
+        side.ended = time.monotonic()
+        side.seconds = side.ended - side.started
+        print(f"===== {side.name} (make {side.target}, beside {mains[0].name}): exit {side.rc} "
+              f"after {side.seconds:.0f} s =====", flush=True)
+        print(side.log.read_text(errors="replace"), flush=True)
+        ok = ok and side.rc == 0
+    return ok
 
 
 def table(phases: list[Phase], total: float, disk: DiskPeak) -> str:
@@ -156,20 +161,21 @@ def _checks() -> list[tuple[Phase, ...]]:
 
 
 def full() -> list[tuple[Phase, ...]]:
-    """Steps in order; a step of two runs the second beside the first (phases one after
+    """Steps in order; a step of several runs the rest beside the first (phases one after
     another, when the first is a tuple of them)."""
     return [
         (Phase("install: main venv", "install"),),
         (Phase("install: FUSE (Drive stand-in)", "fuse"),),
         (Phase("install: chromium, axe-core (the site's browser checks)", "docs-deps"),),
         *_checks(),
-        (Phase("main lane tests", "test-main-tests"), Phase("install: XLA venv", "install-xla")),
-        # The Slurm lane (its cells wait on the scheduler, 270 s) beside the XLA lane (120-150
-        # s since its compiles were cut in round six) and then the image lanes, not the XLA
-        # lane alone, whose phase it would otherwise outlast by two minutes.
-        ((Phase("XLA lane tests", "test-xla"), Phase("remove the XLA venv (7.6 GB)", "clean-xla"),
-          Phase("image lanes: each built, tested, removed", "test-lanes")),
+        # Beside the main lane: the XLA venv's downloads and unpacking, and the Slurm lane,
+        # whose cells mostly wait (on the scheduler, and on steps held to outlast a time limit:
+        # 400 s alone, 1,055 s beside the XLA and image lanes, which it then outlasted).
+        (Phase("main lane tests", "test-main-tests"), Phase("install: XLA venv", "install-xla"),
          Phase("Slurm lane tests", "test-slurm")),
+        (Phase("XLA lane tests", "test-xla"),),
+        (Phase("remove the XLA venv (7.6 GB)", "clean-xla"),),
+        (Phase("image lanes: each built, tested, removed", "test-lanes"),),
     ]
 
 

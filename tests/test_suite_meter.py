@@ -33,6 +33,10 @@ main-side:
 \t@touch main-started && {wait_for("side-started")} && touch later-ran
 side-main:
 \t@touch side-started && {wait_for("main-started")} && echo ok-ran
+main-two:
+\t@touch main-started && {wait_for("side-started")} && {wait_for("side2-started")}
+side2-main:
+\t@touch side2-started && {wait_for("main-started")}
 """
 
 
@@ -62,6 +66,19 @@ def test_a_phase_beside_another(tmp_path):
     assert (tmp_path / "later-ran").exists()
     assert "ok-ran" in (tmp_path / ".suite" / "side-main.log").read_text()  # its output, kept
     assert "| downloads | side-main |" in text and "beside tests" in text
+
+
+def test_two_phases_beside_one(tmp_path):
+    """Both side phases run while the main one does: it waits until each has started (a side
+    started only after the main, or after the other side, would time out and fail)."""
+    (tmp_path / "Makefile").write_text(MAKEFILE)
+    main = suite.Phase("tests", "main-two")
+    sides = suite.Phase("downloads", "side-main"), suite.Phase("slurm", "side2-main")
+    ok, text = suite.measure([(main, *sides)], root=tmp_path)
+    assert ok and main.rc == 0 and all(s.rc == 0 for s in sides), text
+    for side in sides:
+        assert side.beside == "tests" and side.started < main.ended and main.started < side.ended
+    assert "| downloads | side-main |" in text and "| slurm | side2-main |" in text
 
 
 def test_a_phase_beside_several_in_turn_and_a_failure_stops_the_turns(tmp_path):
