@@ -36,15 +36,17 @@ def main() -> None:
     if not path or os.environ.get("TA_REAL_KERNEL"):
         real("TA_REAL_KERNEL" if path else "no zygote")
     # A kernel reads its parent's command line (lib/base/errors.py: started by papermill's?
-    # the bootstrap: which notebook?); a forked kernel's parent is the zygote, whose command
-    # line names neither: where the launcher's parent's does, the kernel is a real one.
+    # the bootstrap: which notebook?): the forked kernel's parent stands in for ours with it.
     try:
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-            parent = f.read().decode(errors="replace")
-    except OSError:
-        parent = "papermill?"  # cannot tell: a real one
-    if "papermill" in parent or ".ipynb" in parent:
-        real("its parent's command line names papermill or a notebook")
+            parent = f.read()
+    except OSError as err:
+        real(f"cannot read its parent's command line: {err}")
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests.kernel_zygote import ROOM, import_time_env  # the zygote's own rules
+
+    if len(parent) >= ROOM:
+        real(f"its parent's command line is {len(parent)} bytes, over the zygote's {ROOM}")
     waited = 0.0
     while not os.path.exists(path):  # still importing: a fork is seconds sooner than a start
         try:
@@ -56,9 +58,6 @@ def main() -> None:
             real("the zygote was not ready in 120 s")
         time.sleep(0.05)
         waited += 0.05
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from tests.kernel_zygote import import_time_env  # the zygote's own rule
-
     try:
         with open(os.path.join(os.path.dirname(path), "zygote.env")) as f:
             theirs = json.load(f)
@@ -71,7 +70,8 @@ def main() -> None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
-        request = {"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}
+        request = {"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd(),
+                   "parent": parent.decode("utf-8", "surrogateescape")}
         socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
     except OSError as err:
         conn.close()

@@ -10,11 +10,20 @@ every kernel), and the kernelspec `python3` is pointed, through JUPYTER_PATH, at
 with the launcher's environment, working folder, arguments and stdin/stdout/stderr, then stands
 in for it (signals forwarded to the kernel's process group, its exit status returned).
 
+A notebook reads its parent's command line (lib/base/errors.py: started by papermill's? the
+bootstrap: which notebook?), and a forked kernel's parent would be the zygote: so the forked
+child stands in for the launcher's parent. It writes that command line over its own (the
+argument area /proc/PID/cmdline shows: the zygote starts with ROOM bytes of it), forks the
+kernel, waits for it and ends as it ended; the kernel writes `python -m ipykernel_launcher ...`
+over its own, as a real kernel's reads. The kernel's parent's command line is then papermill's
+(the Kaggle and Colab stand-ins, a test's `python -m papermill`) or a command-line run's.
+
 Where a fork would not be what a fresh kernel is, the launcher starts a real one instead
 (`python -m ipykernel_launcher`, as the kernelspec it replaces):
 - the environment differs from the zygote's in a variable read at import time (IMPORT_TIME:
   PYTHONPATH, thread counts, torch's, CUDA's, XLA's, matplotlib's, the home and temp folders);
 - TA_REAL_KERNEL is set (a test about the kernel's process: its peak memory, its children);
+- its parent's command line cannot be read, or is longer than ROOM;
 - no zygote is listening (not started, or still importing).
 Whatever the zygote's imports print would be missing from the kernels' output: it refuses to
 serve if they print anything (a library's warning a notebook must show), and every kernel is
@@ -24,7 +33,8 @@ Enabled by TA_KERNEL_ZYGOTE=1 (the Makefile's main lane and quick lane); not in 
 lanes, whose bootstraps install packages a forked kernel would not import again.
 
 Protocol on the Unix socket, one JSON line each way, the launcher's fds 0-2 passed with the
-request (SCM_RIGHTS): {"argv", "env", "cwd"} -> {"pid"}; when the kernel ends, {"status"}. A
+request (SCM_RIGHTS): {"argv", "env", "cwd", "parent"} -> {"pid"} (the kernel's; its session and
+process group are its own); when the kernel ends, {"status"}. A
 launcher that goes away (SIGKILLed) takes its kernel with it: the zygote sees the connection
 close and kills the kernel's process group. Single-threaded (select), so every fork is safe.
 """
@@ -33,6 +43,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import importlib
 import io
 import json
@@ -45,6 +56,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from tests.zygote import HEAVY as SCRIPT_HEAVY
@@ -54,6 +66,9 @@ HEAVY = (*SCRIPT_HEAVY, "matplotlib", "IPython", "pandas", "tqdm.auto", "ipywidg
 # Variables a library reads when it is imported: a kernel whose value differs is a real one.
 IMPORT_TIME = re.compile(r"^(PYTHON|OMP_|MKL_|KMP_|OPENBLAS|GOMP|TORCH|PYTORCH|TRITON|CUDA|"
                          r"NVIDIA|PJRT|XLA|TPU|LD_|MPL|HOME$|XDG_|LANG$|LC_)")
+# Bytes of command line the zygote starts with, so that a forked child can write one this long
+# over its own (a launcher whose parent's is longer starts a real kernel).
+ROOM = 16384
 ENABLE = "TA_KERNEL_ZYGOTE"
 SOCKET = "TA_KERNEL_ZYGOTE_SOCKET"  # set for the tests (and what they start) once it serves
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,17 +85,64 @@ def import_time_env(env) -> dict:
     return {k: v for k, v in env.items() if IMPORT_TIME.match(k) and k not in AT_USE}
 
 
-def _child(request: dict, fds: list[int], listener: socket.socket, conns) -> None:
-    """In the forked child: become `python -m ipykernel_launcher ...`; never return."""
+def _arg_area() -> tuple[int, int]:
+    """(start, end) of this process's argument area: what /proc/PID/cmdline shows (proc(5):
+    /proc/PID/stat's fields 48 and 49, after the command name in parentheses)."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[48 - 3]), int(fields[49 - 3])
+
+
+def _write_command_line(cmdline: bytes) -> None:
+    """Make /proc/self/cmdline read `cmdline` (NUL-separated arguments), padded with NULs."""
+    start, end = _arg_area()
+    if len(cmdline) >= end - start:
+        raise ValueError(f"a command line of {len(cmdline)} bytes; room for {end - start - 1}")
+    ctypes.memmove(start, cmdline.ljust(end - start, b"\0"), end - start)
+
+
+def _stand_in_for_parent(cmdline: bytes, told: int) -> None:
+    """Become the kernel's parent as its launcher's parent shows itself (`cmdline`): fork the
+    kernel (in a session of its own, as jupyter_client starts one), write its pid to fd `told`,
+    wait for it and end as it ended. Returns in the kernel only."""
+    _write_command_line(cmdline)
+    pid = os.fork()
+    if pid == 0:
+        os.close(told)
+        os.setsid()
+        return
+    while os.getsid(pid) != pid:  # signals sent to its group from now on reach it
+        time.sleep(0.001)
+    os.write(told, str(pid).encode())
+    os.close(told)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # killed by a signal: end the same way
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code)
+
+
+def _child(request: dict, fds: list[int], listener: socket.socket, conns, told: int) -> None:
+    """In the forked child: stand in for the launcher's parent, and in its child become
+    `python -m ipykernel_launcher ...`; never return."""
     code = 1
     try:
         listener.close()
         for c in conns:
             c.close()
-        os.setsid()  # its own process group: the launcher forwards signals to it
+        os.setsid()  # out of the zygote's session, as a real kernel's parent is
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
+        _stand_in_for_parent(request["parent"].encode("utf-8", "surrogateescape"), told)
+        argv = ["ipykernel_launcher", *request["argv"]]
+        _write_command_line(b"\0".join(a.encode("utf-8", "surrogateescape") for a in
+                                        [sys.executable, "-m", *argv]) + b"\0")
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
                           else signal.SIG_DFL)
@@ -90,7 +152,7 @@ def _child(request: dict, fds: list[int], listener: socket.socket, conns) -> Non
         os.chdir(request["cwd"])
         sys.path[0] = request["cwd"]  # `python -m` puts the working folder first
         tempfile.tempdir = None
-        sys.argv = ["ipykernel_launcher", *request["argv"]]
+        sys.argv = argv
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
@@ -113,6 +175,13 @@ def _child(request: dict, fds: list[int], listener: socket.socket, conns) -> Non
 
 def serve(path: str) -> None:
     os.environ.setdefault("MPLBACKEND", "Agg")
+    try:
+        start, end = _arg_area()
+        assert end - start > ROOM
+    except (OSError, ValueError, IndexError, AssertionError) as err:
+        print(json.dumps({"refused": f"no room to write a command line over its own: {err!r}"}),
+              flush=True)
+        return
     said = io.StringIO()
     with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
         import warnings
@@ -157,14 +226,19 @@ def serve(path: str) -> None:
                 sock.close()
                 continue
             request = json.loads(msg)
+            told, tell = os.pipe()
             pid = os.fork()
             if pid == 0:
-                _child(request, fds, listener, list(conns))
+                os.close(told)
+                _child(request, fds, listener, list(conns), tell)
+            os.close(tell)
             for fd in fds:
                 os.close(fd)
-            conns[sock], kernels[pid] = pid, sock
+            kernel = int(os.read(told, 32) or pid)  # none: the stand-in failed before the fork
+            os.close(told)
+            conns[sock], kernels[pid] = kernel, sock
             with contextlib.suppress(OSError):
-                sock.sendall((json.dumps({"pid": pid}) + "\n").encode())
+                sock.sendall((json.dumps({"pid": kernel}) + "\n").encode())
         while kernels:  # reap the kernels that ended, and tell their launchers
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -179,9 +253,10 @@ def serve(path: str) -> None:
                                   + "\n").encode())
                 conns[sock] = None
         if os.getppid() != parent:  # the pytest worker that started it is gone
-            for pid in kernels:
-                with contextlib.suppress(OSError):
-                    os.killpg(pid, signal.SIGKILL)
+            for kernel in conns.values():
+                if kernel is not None:
+                    with contextlib.suppress(OSError):
+                        os.killpg(kernel, signal.SIGKILL)
             return
 
 
@@ -207,8 +282,8 @@ def start(folder: Path) -> subprocess.Popen | None:
     path = folder / "zygote.sock"
     env = dict(os.environ)
     env.pop(SOCKET, None)
-    proc = subprocess.Popen([sys.executable, "-m", "tests.kernel_zygote", str(path)], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "tests.kernel_zygote", str(path),
+                             "-" * ROOM], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     (folder / "zygote.env").write_text(json.dumps(import_time_env(env)))
     (folder / "zygote.pid").write_text(str(proc.pid))
     os.environ["JUPYTER_PATH"] = os.pathsep.join(

@@ -1,6 +1,7 @@
 """The tests' forked kernels (tests/kernel_zygote.py) are what a fresh kernel is to a notebook:
-its environment, working folder, import path and outputs; and a kernel whose import-time
-environment differs from the zygote's, or that asks for it, is a real one."""
+its environment, working folder, import path, outputs, and its own and its parent's command
+lines; and a kernel whose import-time environment differs from the zygote's, or that asks for
+it, is a real one."""
 
 from __future__ import annotations
 
@@ -20,7 +21,11 @@ import pytest
 from tests import kernel_zygote
 
 PROBE = ("import json, os, sys, tempfile\n"
+         "def cmdline(pid):\n"
+         "    line = open(f'/proc/{pid}/cmdline', 'rb').read().decode()\n"
+         "    return line.rstrip('\\0').split('\\0')\n"
          "print(json.dumps({'cwd': os.getcwd(), 'path': sys.path, 'argv0': sys.argv[0],\n"
+         "    'parent': cmdline(os.getppid()), 'own': cmdline('self'),\n"
          "    'mine': os.environ.get('MINE'), 'tmp': tempfile.gettempdir(),\n"
          "    'lib': any(m == 'lib' or m.startswith('lib.') for m in sys.modules),\n"
          "    'torch': 'torch' in sys.modules, 'session': os.getsid(0) == os.getpid()}))")
@@ -54,6 +59,18 @@ def _probe(folder: Path, name: str, **env) -> dict:
     return json.loads(next(o["text"] for o in out if o.get("name") == "stdout"))
 
 
+def _cmdline(pid) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (proc(5): stat's state)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _said(folder: Path) -> list[str]:
     return [line.split(" ", 1)[1] for line in (folder / "kernels.log").read_text().splitlines()]
 
@@ -65,6 +82,10 @@ def test_a_forked_kernel_sees_what_a_real_one_sees(zygote):
     assert said[0].startswith("forked: ") and said[1] == "real: TA_REAL_KERNEL", said
     assert forked.pop("torch") is True and real.pop("torch") is False  # what it saves
     assert forked.pop("path") == real.pop("path")  # '' before site-packages: IPython's
+    # the command lines a notebook reads: its parent's (this worker's), and its own
+    assert forked.pop("parent") == real.pop("parent") == _cmdline(os.getpid())
+    own = forked.pop("own"), real.pop("own")
+    assert [c[:4] for c in own] == [[sys.executable, "-m", "ipykernel_launcher", "-f"]] * 2, own
     for probe, name in ((forked, "forked"), (real, "real")):
         work = str(zygote / f"{name}-cwd")
         assert probe == {"cwd": work, "argv0": probe["argv0"], "mine": name, "tmp": work,
@@ -94,28 +115,47 @@ def test_a_killed_launcher_takes_its_kernel_with_it(zygote, tmp_path):
         time.sleep(0.1)
         lines = (zygote / "kernels.log").read_text().splitlines()
     kernel = int(lines[-1].split()[-1])
-    os.kill(kernel, 0)  # running
+    stand_in = int(Path(f"/proc/{kernel}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert _alive(kernel) and _alive(stand_in)  # its parent, standing in for the launcher's
     launcher.send_signal(signal.SIGKILL)
     launcher.wait()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        try:
-            os.kill(kernel, 0)
-        except ProcessLookupError:
+        if not (_alive(kernel) or _alive(stand_in)):
             return
         time.sleep(0.1)
-    pytest.fail(f"the forked kernel {kernel} outlived its killed launcher")
+    pytest.fail(f"the forked kernel {kernel} or its parent {stand_in} outlived its killed "
+                "launcher")
 
 
-def test_a_kernel_started_by_papermills_command_line_is_a_real_one(zygote):
+def test_a_kernel_started_by_papermills_command_line_reads_papermills_as_its_parents(zygote):
     """The notebook reads its parent's command line (papermill's? which notebook?): a forked
-    kernel's parent is the zygote, so papermill's command line gets a real kernel."""
+    kernel's parent stands in for the launcher's, papermill's command line."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBE)])
     nbformat.write(nb, zygote / "cli.ipynb")
     before = len(_said(zygote))
-    done = subprocess.run([sys.executable, "-m", "papermill", str(zygote / "cli.ipynb"),
-                           str(zygote / "cli-out.ipynb"), "-k", "python3"],
-                          capture_output=True, text=True, timeout=300)
+    command = [sys.executable, "-m", "papermill", str(zygote / "cli.ipynb"),
+               str(zygote / "cli-out.ipynb"), "-k", "python3"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert _said(zygote)[before:] == [
-        "real: its parent's command line names papermill or a notebook"]
+    assert [line.split(":")[0] for line in _said(zygote)[before:]] == ["forked"]
+    out = nbformat.read(zygote / "cli-out.ipynb", as_version=4).cells[0].outputs
+    probe = json.loads(next(o["text"] for o in out if o.get("name") == "stdout"))
+    assert probe["parent"] == command and probe["torch"] is True
+
+
+def test_a_parents_command_line_longer_than_the_room_starts_a_real_kernel(zygote):
+    """A command line the stand-in could not write over its own: a real kernel, said why."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBE)])
+    nbformat.write(nb, zygote / "long.ipynb")
+    before = len(_said(zygote))
+    command = [sys.executable, "-m", "papermill", str(zygote / "long.ipynb"),
+               str(zygote / "long-out.ipynb"), "-k", "python3", "--language", "python",
+               "-r", "LONG", "x" * kernel_zygote.ROOM]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (said,) = _said(zygote)[before:]
+    assert said.startswith("real: its parent's command line is ") and "over the zygote's" in said
+    out = nbformat.read(zygote / "long-out.ipynb", as_version=4).cells[1].outputs
+    probe = json.loads(next(o["text"] for o in out if o.get("name") == "stdout"))
+    assert probe["parent"] == command and probe["torch"] is False
