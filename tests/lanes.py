@@ -205,16 +205,22 @@ def installed(name: str) -> dict[str, str]:
     return json.loads(out.stdout)
 
 
+def notebooks(image: dict) -> list[tuple[str, str]]:
+    """(platform, workload) of each notebook a lane runs: its platforms x its `workloads` (every
+    workload when it names none), but on a platform that `platform_workloads` names, those."""
+    default, only = image.get("workloads", WORKLOADS), image.get("platform_workloads", {})
+    return [(p, w) for p in image["platforms"] for w in only.get(p, default)]
+
+
 def longest_first(names: list[str], known: dict[str, dict]) -> list[str]:
     """The lanes in the order that ends soonest on `jobs` workers: longest first, by the
-    notebooks a lane runs (its platforms x its workloads), three times as long on an XLA image
+    notebooks a lane runs (`notebooks`), three times as long on an XLA image
     (every graph compiled on the CPU). At the last measured run: kaggle_tpu (4 notebooks, XLA)
     474 s, kaggle_gpu (8) 198 s, colab_gpu (4) 102 s, colab_tpu (1, XLA) 85 s, sagemaker (2)
     53 s: the order this gives."""
     def cost(name: str) -> int:
         image = known[name]
-        notebooks = len(image["platforms"]) * len(image.get("workloads", WORKLOADS))
-        return notebooks * (3 if "torch_xla" in image["pins"] else 1)
+        return len(notebooks(image)) * (3 if "torch_xla" in image["pins"] else 1)
     return sorted(names, key=cost, reverse=True)
 
 

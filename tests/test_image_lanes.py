@@ -42,8 +42,7 @@ WORKLOADS = sorted(p.stem for p in (ROOT / "notebooks_src").glob("*.py"))
 # lib/workloads) so that an XLA-on-CPU lane compiles in minutes.
 PARAMETERS = {w: workloads.get(w).tiny for w in WORKLOADS}
 CASES = [pytest.param(image, platform, workload, id=f"{image}-{platform}-{workload}")
-         for image, spec in RUN.items() for platform in spec["platforms"]
-         for workload in spec.get("workloads", WORKLOADS)]  # a lane may run only some
+         for image, spec in RUN.items() for platform, workload in lanes.notebooks(spec)]
 
 
 def lane_python(image: str) -> Path:
