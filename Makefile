@@ -114,8 +114,8 @@ demo: notebooks
 
 # The whole suite, measured (tests/suite.py): installs, lint, --check, the main lane (the XLA
 # venv is built beside it, downloads and unpacking, and the Slurm lane runs, its cells mostly
-# waiting), the XLA lane, the image lanes; then a table of each phase's seconds and the peak
-# disk used. Standard library only: no venv needed yet.
+# waiting), the XLA lane with the image lanes beside it; then a table of each phase's seconds
+# and the peak disk used. Standard library only: no venv needed yet.
 test:
 	$(PYTHON) -m tests.suite
 

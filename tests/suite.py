@@ -7,11 +7,11 @@ Runs each phase (a `make` target) and ends with a table: its seconds, its exit s
 peak disk used while it ran (every file system it writes: the clone, the temporary folder, uv's
 and pip's caches), sampled every second. Phases that mostly wait run beside one that computes:
 the XLA venv is built (downloads, unpacking) and the Slurm lane runs (its cells wait on the
-scheduler) while the main lane's tests run. Disk is
+scheduler) while the main lane's tests run; the image lanes beside the XLA lane. Disk is
 given back as soon as a phase is done with it: the XLA venv (7.6 GB) goes once its lane passed,
 and each image lane (5-7 GB) is built just before its tests and removed after them
-(tests/lanes.py `run`), so no more than the main venv and the XLA venv, or the main venv and
-two lanes, are ever on disk together. Each phase's output goes to the terminal as it comes, or,
+(tests/lanes.py `run`), so no more than the main venv, the XLA venv and two lanes are ever on
+disk together. Each phase's output goes to the terminal as it comes, or,
 for one run beside another, after it ends. The table is also written to `.suite/summary.md`;
 `--durations=30` in each pytest keeps the 30 slowest tests in the log. Standard library only:
 it runs before any venv exists.
@@ -173,9 +173,10 @@ def full() -> list[tuple[Phase, ...]]:
         # 400 s alone, 1,055 s beside the XLA and image lanes, which it then outlasted).
         (Phase("main lane tests", "test-main-tests"), Phase("install: XLA venv", "install-xla"),
          Phase("Slurm lane tests", "test-slurm")),
-        (Phase("XLA lane tests", "test-xla"),),
-        (Phase("remove the XLA venv (7.6 GB)", "clean-xla"),),
-        (Phase("image lanes: each built, tested, removed", "test-lanes"),),
+        # The image lanes beside the XLA lane: their builds mostly download and unpack, and the
+        # XLA lane's last minutes run one worker (its longest module) while the other has none.
+        ((Phase("XLA lane tests", "test-xla"), Phase("remove the XLA venv (7.6 GB)", "clean-xla")),
+         Phase("image lanes: each built, tested, removed", "test-lanes")),
     ]
 
 
