@@ -83,9 +83,10 @@ class MambaSpikeRunConfig(RunConfig):
     spike_channels: int | None = None
 
     def device_notes(self, device_type: str) -> tuple[str, ...]:
-        from lib.models import mamba_spike as spiking
+        """The device line names the LIF path the spiking layers take (lib.kernels.lif)."""
+        from lib.models.mamba_spike import lif_notes
 
-        return spiking.lif_notes(device_type)  # the device line names the spiking layers' path
+        return lif_notes(device_type)
 
     def validate(self) -> None:
         check_path_env()  # TA_LIF_PATH, before anything starts
@@ -215,6 +216,8 @@ class MambaSpikeRunConfig(RunConfig):
 
     def deviations(self) -> list[str]:
         """Each setting that differs from the official code's, one phrase each."""
+        from lib.models.mamba_spike import PRESETS
+
         out = [f"{name.upper()} = {getattr(self, name)!r} (official: {OFFICIAL[name]!r})"
                for name in ("lr", "weight_decay", "clip_grad")
                if getattr(self, name) != OFFICIAL[name]]
@@ -231,8 +234,6 @@ class MambaSpikeRunConfig(RunConfig):
         elif self.frames() != official_t:
             out.append(f"N_TIME_BINS = {self.n_time_bins} (official: {official_t})")
         out += [x for x in [self._downsample_deviation()] if x]
-        from lib.models.mamba_spike import PRESETS
-
         preset = PRESETS[self.dataset]
         out += [f"{name.upper()} = {getattr(self, name)} (official: {preset[name]})"
                 for name in SIZE_OVERRIDES
