@@ -1,8 +1,8 @@
 """Figures a notebook shows inline and saves beside the run: curves, image grids, matrices.
 
-matplotlib is imported by the functions that draw, not by this module: `train-anywhere
-report` reads `titled` and `current` here and, when every figure is current, draws nothing
-and should not pay matplotlib's import (bench/bench_report.py).
+matplotlib (and torch) is imported by the functions that draw, not by this module:
+`train-anywhere report` reads `titled` and `current` here and, when every figure is current,
+draws nothing and should not pay matplotlib's import (bench/bench_report.py).
 """
 
 from __future__ import annotations
@@ -115,6 +115,64 @@ def image_grid(images, titles: list[str], path: Path | None = None, cols: int = 
     fig.tight_layout()
     save(fig, path)
     return fig
+
+
+def _event_labels(dataset) -> list[int]:
+    """Every recording's label without framing it (tonic keeps them in `targets`)."""
+    from torch.utils.data import Subset
+
+    if isinstance(dataset, Subset):
+        base = _event_labels(dataset.dataset)
+        return [base[i] for i in dataset.indices]
+    return [int(t) for t in dataset.dataset.targets]
+
+
+def _folder_made(path: Path | None) -> Path | None:
+    """`path`, its folder created (example figures are drawn before the run folder exists)."""
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _event_picture(frames, start: int = 0, stop: int | None = None):
+    import torch
+
+    from lib.data.events import frame_picture
+
+    return torch.from_numpy(frame_picture(frames, start, stop)).permute(2, 0, 1)
+
+
+def event_examples(dataset, classes: list[str], n: int = 8, path: Path | None = None,
+                   sample: bool = False):
+    """Figure of the first recording of up to `n` classes of an event dataset
+    (lib.data.events), events summed over time (ON red, OFF blue); returns (figure, first
+    shown recording's frames). `sample` marks the title."""
+    import torch
+
+    first: dict[int, int] = {}
+    for i, label in enumerate(_event_labels(dataset)):
+        first.setdefault(label, i)
+    shown = sorted(first.items())[:n]
+    frames = [dataset[i][0] for _, i in shown]
+    fig = image_grid(torch.stack([_event_picture(f) for f in frames]),
+                     [classes[label][:16] for label, _ in shown], _folder_made(path),
+                     cols=min(len(shown), 8), sample=sample,
+                     title="one recording per class, events summed over time (ON red, OFF blue)")
+    return fig, frames[0]
+
+
+def event_time_strip(frames, n: int = 8, path: Path | None = None, sample: bool = False):
+    """Figure of one recording (T, 2, H, W) cut into `n` consecutive slices of frames;
+    `sample` marks the title."""
+    import torch
+
+    t = frames.shape[0]
+    n = min(n, t)
+    slices = [(round(k * t / n), round((k + 1) * t / n)) for k in range(n)]
+    pictures = torch.stack([_event_picture(frames, a, b) for a, b in slices])
+    titles = [f"frame {a}" if b - a == 1 else f"frames {a}-{b - 1}" for a, b in slices]
+    return image_grid(pictures, titles, _folder_made(path), cols=n, sample=sample,
+                      title="the first recording over time")
 
 
 def confusion_matrix(matrix, classes, path: Path | None = None, title: str | None = None,

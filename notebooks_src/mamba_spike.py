@@ -86,6 +86,7 @@ from lib import session
 s = session.start(cfg)
 
 # %%
+from lib.plots import event_examples, event_time_strip
 from lib.workloads import mamba_spike
 
 train_set, test_set, info = mamba_spike.datasets(s, warm=True)
@@ -95,9 +96,9 @@ print(f"{info['name']}: {info['train_size']} training and {info['test_size']} te
       f"{info['framed_now']} recordings framed into {info['cache_dir']} now"
       + (" (synthetic sample: moving blobs of events, not the real recordings)"
          if cfg.sample_data else ""))
-_, frames = mamba_spike.example_frames(train_set, info["classes"],
-                                       path=s.out_dir / "examples.png", sample=cfg.sample_data)
-mamba_spike.time_strip(frames, path=s.out_dir / "time_strip.png", sample=cfg.sample_data);
+_, frames = event_examples(train_set, info["classes"], path=s.out_dir / "examples.png",
+                           sample=cfg.sample_data)
+event_time_strip(frames, path=s.out_dir / "time_strip.png", sample=cfg.sample_data);
 
 # %% [markdown]
 # ## Training

@@ -55,6 +55,7 @@ from lib.data import fashion
 from lib.data.cifar import STATS
 from lib.data.events import frame_hw
 from lib.data.on_device import Augment, DeviceLoader
+from lib.models import mshnet as mshnet_model
 from lib.models.mshnet import MSHNetConfig
 from lib.runs import checkpoints
 from lib.training.metrics import Accuracy
@@ -139,7 +140,7 @@ def mshnet_case():
         # The smallest MSHNet: one residual block per stage (every kind of layer still runs;
         # fake ops cost the same at any size, so the block count is the dry run's time).
         smallest = functools.partial(MSHNetConfig, blocks=(1, 1, 1, 1))
-        with mock.patch.object(mshnet, "MSHNetConfig", smallest):
+        with mock.patch.object(mshnet_model, "MSHNetConfig", smallest):  # build_task's
             return mshnet.build_task(cfg, device)
 
     return build, replay(image, mask)

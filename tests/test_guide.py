@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lib.runs.records import read_jsonl
-from tests.user_repo import ROOT, copy_repository, run
+from tests.user_repo import ROOT, copy_repository, heavy_imports, run
 
 GUIDE = ROOT / "docs" / "your-own-experiment.md"
 # a fenced block, and the `<!-- guide: replace FILE FIRST[..LAST] -->` line before it, if any
@@ -85,3 +85,5 @@ def test_the_guide_turns_the_script_into_a_workload(tmp_path):
     for platform in ("colab_t4", "colab_tpu", "kaggle_p100", "kaggle_t4x2", "kaggle_tpu",
                      "local"):
         assert (user / "notebooks" / platform / "my_mnist.ipynb").exists()
+    found = heavy_imports(user)  # the guide's module keeps the contract's import rule
+    assert "my_mnist" in found and not any(found.values()), found

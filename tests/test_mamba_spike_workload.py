@@ -12,7 +12,7 @@ from lib.data import events, events_sample
 from lib.data.events import build_datasets as event_datasets
 from lib.data.events import warm_cache
 from lib.models.mamba_spike import MambaSpike, count_parameters
-from lib.plots import firing_rates
+from lib.plots import event_examples, event_time_strip, firing_rates
 from lib.training import batch
 from lib.training.config import ConfigError
 from lib.workloads import mamba_spike as ms
@@ -247,10 +247,10 @@ def test_missing_data_says_what_the_folder_holds(tmp_path, setup, parts):
 def test_figures_and_results_table(tmp_path):
     train, test, info = _sample(tmp_path)
     warm_cache(train, test, progress=False)
-    fig, frames = ms.example_frames(train, info["classes"], path=tmp_path / "f" / "ex.png")
+    fig, frames = event_examples(train, info["classes"], path=tmp_path / "f" / "ex.png")
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert titles == info["classes"][:8] and frames.shape == (6, 2, 34, 34)
-    strip = ms.time_strip(frames, n=4, path=tmp_path / "strip.png")
+    strip = event_time_strip(frames, n=4, path=tmp_path / "strip.png")
     assert [ax.get_title() for ax in strip.axes] == ["frames 0-1", "frame 2", "frame 3",
                                                      "frames 4-5"]
     cfg = make(SAMPLE_DATA=True, N_TIME_BINS=6, D_MODEL=16, N_LAYERS=1, SPIKE_CHANNELS=8)

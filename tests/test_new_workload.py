@@ -22,7 +22,15 @@ from lib.runs.records import read_jsonl
 from lib.runtime.platforms import PLATFORMS
 from tests import unchanged
 from tests.notebook_run import FAKES, check_clean_outputs, stream_text
-from tests.user_repo import ROOT, changed, copy_repository, run, snapshot, user_env
+from tests.user_repo import (
+    ROOT,
+    changed,
+    copy_repository,
+    heavy_imports,
+    run,
+    snapshot,
+    user_env,
+)
 
 NAME = "demo_exp"
 THREE = {f"notebooks_src/{NAME}.py", f"lib/workloads/{NAME}.py", f"tests/test_{NAME}.py"}
@@ -74,6 +82,13 @@ def user(tmp_path_factory):
     check = run(root, "python", "build_notebooks.py", "--check")
     assert check.returncode == 0, check.stdout
     return root
+
+
+def test_the_new_workload_imports_no_torch(user):
+    """The template keeps the contract's import rule: `get` and a check of its parameters
+    load no torch (nor numpy), so `run` checks them at once and the builder reads them."""
+    found = heavy_imports(user)
+    assert NAME in found and not any(found.values()), found
 
 
 def check_history(out: Path, epochs: int) -> list[dict]:

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from bench.bench_seg import random_batch, reference_loss, reference_metrics, reference_sls
-from lib.losses.sls import SLSLoss, sls_loss, soft_iou_loss, warmup_length
+from lib.losses.sls import SLSLoss, sls_loss, soft_iou_loss
+from lib.losses.warmup import warmup_length
 from lib.training.metrics_seg import IoUMetric, PdFaMetric, SegMetrics, select_prediction
 
 S = 32  # image side of the hand-built cases

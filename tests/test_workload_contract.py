@@ -11,6 +11,7 @@ import pytest
 from lib import workloads
 from lib.cli import params
 from lib.runtime.platforms import PLATFORMS
+from tests.user_repo import heavy_imports
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = workloads.names()
@@ -37,6 +38,17 @@ def test_the_workload_keeps_the_contract(name):
     for platform in PLATFORMS:  # a default batch on every platform, from the workload itself
         cfg = face.config.from_params({"PLATFORM": platform, **face.tiny, "BATCH_SIZE": None})
         assert cfg.resolved_batch_size() > 0
+
+
+def test_importing_a_workload_and_checking_its_parameters_loads_no_torch():
+    """The contract's import rule: `get(NAME)` and its config's checks, as the command line and
+    the notebook builder use them, load none of torch, numpy and the other heavy libraries
+    (every workload in one fresh process: each one's list names what it loaded first)."""
+    found = heavy_imports(ROOT)
+    assert list(found) == ["lib.workloads", *NAMES], found
+    loaded = {name: modules for name, modules in found.items() if modules}
+    assert not loaded, (f"heavy modules loaded by importing or checking a workload (the "
+                        f"contract, lib/workloads/__init__.py, allows none): {loaded}")
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -4,6 +4,7 @@ guide): the files git would give them, and a record of which files they changed.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -64,3 +65,32 @@ def run(root: Path, *args: str, env: dict | None = None, timeout: float = 600,
         args = (sys.executable, *args[1:])
     return subprocess.run(list(args), cwd=root, env=env or user_env(), capture_output=True,
                           text=True, timeout=timeout)
+
+
+# What importing a workload and checking its parameters must not load (the contract's rule,
+# lib/workloads/__init__.py): the command line and the notebook builder do both, and never train.
+HEAVY = ("torch", "torchvision", "tonic", "snntorch", "numpy", "matplotlib")
+_IMPORTS = f"""
+import json, sys
+from lib import workloads
+HEAVY, loaded, found = {HEAVY!r}, set(), {{}}
+def newly():
+    new = [m for m in HEAVY if m in sys.modules and m not in loaded]
+    loaded.update(new)
+    return new
+found["lib.workloads"] = newly()
+for name in workloads.names():
+    face = workloads.get(name)
+    face.config.from_params({{"PLATFORM": "local", **face.tiny}}).check_micro_batch()
+    found[name] = newly()
+print(json.dumps(found))
+"""
+
+
+def heavy_imports(root: Path) -> dict[str, list[str]]:
+    """Each workload of the repository at `root` -> the HEAVY modules that `get` and a check
+    of its parameters (`from_params`, `check_micro_batch`: what `train-anywhere run` does) first
+    loaded, all in one fresh process, in `names()` order ("lib.workloads": the contract's own)."""
+    done = run(root, "python", "-c", _IMPORTS, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])

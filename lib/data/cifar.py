@@ -15,6 +15,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 
 from lib.base.errors import DataError, DataNotFound
+from lib.data.catalog import check_cifar_name as check_name
 from lib.data.cifar_sample import write_cifar_sample
 from lib.data.classes import (  # noqa: F401  (re-exported: the readers' names)
     CIFAR10_CLASSES,
@@ -24,7 +25,6 @@ from lib.data.classes import (  # noqa: F401  (re-exported: the readers' names)
 )
 from lib.data.label_noise import add_label_noise
 
-NAMES = ("cifar10", "cifar100")
 # Per-channel mean and std of the training pixels (std over all pixels, not of image means).
 STATS = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
@@ -47,14 +47,6 @@ class _SampleCIFAR100(datasets.CIFAR100):
     train_list = [[name, None] for name, _ in datasets.CIFAR100.train_list]
     test_list = [[name, None] for name, _ in datasets.CIFAR100.test_list]
     meta = {**datasets.CIFAR100.meta, "md5": None}
-
-
-def check_name(name: str) -> str:
-    key = str(name).lower().replace("-", "")
-    if key not in NAMES:
-        raise DataError(f"DATASET={name!r} is not one of {list(NAMES)}; set DATASET to "
-                         "'cifar10' or 'cifar100'.")
-    return key
 
 
 def cifar_transforms(name: str, train: bool) -> v2.Compose:

@@ -30,6 +30,8 @@ from torch.utils.data import Dataset, random_split
 
 from lib.base.errors import DataError, DataNotFound
 from lib.data import events_sample, packed, samples, space
+from lib.data.catalog import EVENT_NAMES as NAMES
+from lib.data.catalog import OFFICIAL_TIME_BINS
 from lib.data.classes import CIFAR10DVS_CLASSES, DVSGESTURE_LIGHTING  # noqa: F401
 from lib.data.event_cache import (
     FromPack,
@@ -38,12 +40,8 @@ from lib.data.event_cache import (
     warm_cache,  # noqa: F401
 )
 
-NAMES = ("nmnist", "dvsgesture", "cifar10dvs")
 TONIC_CLASSES = {"nmnist": tonic.datasets.NMNIST, "dvsgesture": tonic.datasets.DVSGesture,
                  "cifar10dvs": tonic.datasets.CIFAR10DVS}
-# The official code's framing: window / 1 ms for N-MNIST (300) and DVS Gesture (500),
-# 1 s / 10 ms for CIFAR10-DVS (100).
-OFFICIAL_TIME_BINS = {"nmnist": 300, "dvsgesture": 500, "cifar10dvs": 100}
 
 
 # tonic's own "extracted" threshold per dataset (its `_check_exists`: nmnist.py, dvsgesture.py,

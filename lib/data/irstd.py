@@ -25,6 +25,7 @@ from PIL import Image, ImageFilter, ImageOps
 from torch.utils.data import Dataset
 
 from lib.base.errors import DataError, DataNotFound
+from lib.data.catalog import IRSTD_PAPER_RESULTS as PAPER_RESULTS
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -36,12 +37,6 @@ TRAIN_SPLITS = ("trainval.txt", "train.txt", "50_50/trainval.txt", "50_50/train.
 TEST_SPLITS = ("test.txt", "50_50/test.txt", "img_idx/test_*.txt")
 SAMPLE_FOLDER = "sample"  # DATA_DIR/sample/ holds the offline samples of every workload
 EXTENSIONS = (".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff")
-
-# MSHNet paper, Table 1 (mIoU and Pd in percent, Fa in units of 1e-6).
-PAPER_RESULTS = {
-    "IRSTD-1k": {"mIoU": 67.16, "Pd": 93.88, "Fa": 15.03},
-    "NUDT-SIRST": {"mIoU": 80.55, "Pd": 97.99, "Fa": 11.77},
-}
 
 
 @dataclass(frozen=True)

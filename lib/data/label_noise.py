@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from lib.base.errors import DataError
+from lib.data.catalog import NOISE_MODES
 
-NOISE_MODES = ("symmetric", "asymmetric")
 _STREAM = 0x4C4E  # keeps the noise stream apart from any other use of the same seed
 
 

@@ -13,7 +13,7 @@ one XLA While loop, so the graph does not grow with T). "reference" is the plain
 unrolled, T steps of graph). `LIF_PATH_ENV` or the `path` argument forces one ("triton" on CPU
 tensors needs TRITON_INTERPRET=1 set before triton is imported: the tests count and check the
 CUDA path so; "scan" runs on XLA tensors only); a value it cannot run here is refused in one
-line (`check_path_env` at a run's start).
+line (`lib.runtime.lif_path.check_path_env` at a run's start).
 
 The fused paths have a first derivative only (hand-written backward kernels): a second
 backward through them (create_graph=True, then backward again) is refused in one line that
@@ -30,9 +30,7 @@ import torch
 import lib.kernels.lif_portable as lif_portable
 from lib.base.errors import ConfigError
 from lib.kernels.lif_reference import lif_reference
-
-LIF_PATH_ENV = "TA_LIF_PATH"
-PATHS = ("auto", "triton", "portable", "reference", "scan")
+from lib.runtime.lif_path import LIF_PATH_ENV, PATHS, check_path_env
 
 
 @functools.cache
@@ -42,15 +40,6 @@ def triton_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def check_path_env() -> None:
-    """Refuse a LIF_PATH_ENV value that is none of PATHS, in one line (a run's config calls
-    this before anything starts)."""
-    value = os.environ.get(LIF_PATH_ENV)
-    if value and value not in PATHS:
-        raise ConfigError(f"{LIF_PATH_ENV}={value!r} is not one of {PATHS}; unset it or use "
-                          "'auto'.")
 
 
 def choose_path(device: torch.device, path: str | None = None,

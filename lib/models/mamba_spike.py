@@ -16,7 +16,7 @@ from snntorch import surrogate
 from torch import nn
 
 from lib.base.errors import ConfigError
-from lib.kernels.lif import check_path_env, lif_multistep, lif_notes  # noqa: F401 (workload)
+from lib.kernels.lif import lif_multistep, lif_notes  # noqa: F401 (workload: lif_notes)
 from lib.models.mamba import SCANS, MambaBlock, MambaConfig
 
 PRESETS: dict[str, dict] = {

@@ -14,19 +14,23 @@ with the headroom of `HEADROOM`; on the CPU, the whole per-device batch) or from
 earlier session of the run found on this very device; on an out-of-memory error the step is
 redone from the same state with half the micro-batch (`smaller`): the same samples, re-split.
 Exact for models without batch statistics; BatchNorm sees the micro-batch (`batch_norm`).
+
+The plan's arithmetic imports no torch (the command line checks MICRO_BATCH with it before a
+kernel starts: `check_micro_batch`); the out-of-memory pieces import it where they run.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from lib.base.errors import ConfigError, DeviceError, how_to_set
 from lib.runs import identity as experiment
 from lib.runtime.platforms import ANY, get_platform
+
+if TYPE_CHECKING:
+    from torch import nn
 
 AUTO = "auto"
 # A per-device batch up to this many times the workload's default for the device is tried
@@ -204,6 +208,8 @@ def fewer_devices_line(plan: BatchPlan, available: int) -> str | None:
 def is_out_of_memory(exc: BaseException) -> bool:
     """CUDA's torch.OutOfMemoryError, MPS's 'MPS backend out of memory', XLA's
     RESOURCE_EXHAUSTED."""
+    import torch
+
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     text = str(exc)
@@ -220,6 +226,8 @@ def check_cap(cap: int | None, samples: int) -> None:
     """The test stand-in for a small device (MEMORY_CAP_ENV): raise where a real device
     would, before the forward pass of more samples than it holds."""
     if cap is not None and samples > cap:
+        import torch
+
         raise torch.OutOfMemoryError(
             f"out of memory: {samples} samples in one step, more than the {cap} this device "
             f"holds ({MEMORY_CAP_ENV}, a test stand-in)")
@@ -228,6 +236,8 @@ def check_cap(cap: int | None, samples: int) -> None:
 def batch_norm(model: nn.Module) -> bool:
     """True when the model normalises by batch statistics (its numbers then depend on the
     micro-batch: accumulation is exact only without them)."""
+    from torch import nn
+
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
 
@@ -244,6 +254,8 @@ def split(batch, size: int) -> list[list]:
     n = samples_in(batch)
     if size >= n:
         return [list(batch)]
+    import torch
+
     return [[b[i:i + size] if torch.is_tensor(b) else b for b in batch]
             for i in range(0, n, size)]
 

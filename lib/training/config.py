@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 from lib.base.errors import ConfigError, front_end, how_to_set, literal
 from lib.runs.trackers import NAMES as TRACKER_NAMES
 from lib.runtime.platforms import ANY, DEVICE_CHOICES, PLATFORMS, default_dirs, get_platform
+from lib.training import batch
 
 __all__ = ["ConfigError", "RunConfig", "RESUME_CHOICES"]
 
@@ -199,9 +200,7 @@ class RunConfig:
 
     def check_micro_batch(self) -> None:
         """Refuse a MICRO_BATCH no device of a new run can take, before anything starts (the
-        rule is the batch plan's: lib.training.batch.check_micro_batch)."""
-        from lib.training import batch  # imports torch: the front end has it by now
-
+        rule is the batch plan's, whose arithmetic imports no torch)."""
         batch.check_micro_batch(self)
 
     @classmethod

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from scipy import ndimage
 
-from lib.losses.sls import OFFICIAL_WARMUP
+from lib.losses.warmup import OFFICIAL_WARMUP
 
 # 8-connectivity inside each image and none across the batch axis, so one scipy call labels a
 # whole batch and components never join two images.

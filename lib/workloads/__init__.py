@@ -27,12 +27,23 @@ A workload NAME is two files, and nothing else in the repository names it:
                that run every notebook through XLA on a CPU (tests/test_image_lanes.py).
     demo       True for the one workload `make demo` runs (lib.cli.demo).
 
+The module imports no torch (nor torchvision, tonic, snntorch, numpy or matplotlib) when it is
+imported, and neither do its config's checks (`from_params`, `validate`): the command line
+validates a run's parameters with `get(NAME).config`, and the notebook builder reads its
+fields' types and choices, in processes that never train, where importing torch alone takes
+seconds. So the module's top imports the config's pieces (lib.training.config, lib.base, the
+torch-free names a check needs: lib.data.catalog, lib.losses.warmup, lib.runtime.lif_path),
+and the functions that read data, build the task, train or draw import torch, the readers,
+the models and the session where they run (annotations name them under `if TYPE_CHECKING:`).
+tests/test_workload_contract.py imports every workload in one fresh process and names any of
+those modules it then finds loaded.
+
 `names()` finds workloads by listing this package (no import), `get(NAME)` imports one, and
 `card(NAME)` reads what `report` needs (headline, GRID, where `summary` lives) from the module's
-source without importing it: a workload's module imports torch, and `report` on a finished run
-must not wait for it. So `headline` is a string literal, `GRID` a literal in the config's class
-body, and a GRID workload's `summary` is imported from a module that imports no torch
-(`lib.study.figures.summary`); `get` refuses a module where the card and the face disagree.
+source without importing it (`report` on a finished run imports no workload): `headline` is a
+string literal, `GRID` a literal in the config's class body, and a GRID workload's `summary` is
+imported from a module that imports no torch (`lib.study.figures.summary`); `get` refuses a
+module where the card and the face disagree.
 `train-anywhere new NAME` writes a workload that follows this contract (lib/cli/new.py).
 """
 

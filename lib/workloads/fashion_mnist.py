@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from lib.base.errors import how_to_set
-from lib.data import fashion
-from lib.models.cnn import CNN, CNNConfig
 from lib.runs import identity as experiment
-from lib.session import Session
 from lib.training.config import ConfigError, RunConfig
-from lib.training.loop import Task
-from lib.training.metrics import Accuracy
 from lib.workloads import Workload
+
+if TYPE_CHECKING:  # torch, the data and the model are imported where they run (the contract)
+    import torch
+
+    from lib.session import Session
+    from lib.training.loop import Task
 
 
 @dataclass
@@ -41,11 +40,17 @@ class FashionConfig(RunConfig):
 
 def build_task(cfg: FashionConfig, device: torch.device) -> tuple[Task, dict]:
     """The CNN, Adadelta and StepLR as a `Task`, plus the model config for checkpoints."""
+    import torch
+
+    from lib.models.cnn import CNN, CNNConfig
+    from lib.training.loop import Task
+    from lib.training.metrics import Accuracy
+
     model_cfg = CNNConfig()
     model = CNN(model_cfg).to(device)
     optimizer = torch.optim.Adadelta(model.parameters(), lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=cfg.gamma)
-    task = Task(model, nn.functional.cross_entropy, optimizer,
+    task = Task(model, torch.nn.functional.cross_entropy, optimizer,
                 metrics=lambda: [Accuracy(model_cfg.num_classes)], scheduler=scheduler,
                 monitor="test_accuracy")
     return task, asdict(model_cfg)
@@ -53,11 +58,15 @@ def build_task(cfg: FashionConfig, device: torch.device) -> tuple[Task, dict]:
 
 def datasets(s: Session):
     """(train, test, info): Fashion-MNIST in DATA_DIR, or the IDX sample written there."""
+    from lib.data import fashion
+
     return fashion.build_datasets(s.data_dir, s.cfg.sample_data)
 
 
 def loaders(s: Session):
     """(train, test) loaders of images kept on the device; the training set is sharded."""
+    from lib.data import fashion
+
     train_set, test_set, _ = datasets(s)
     return s.device_loaders(train_set, test_set, (fashion.MEAN,), (fashion.STD,))
 

@@ -1,4 +1,4 @@
-"""Mamba-Spike on event cameras: parameters, data, task, training, results figures.
+"""Mamba-Spike on event cameras: parameters, data, task, training, results.
 
 The official recipe (ECNU-Cross-Innovation-Lab/Mamba-Spike): AdamW lr 1e-3, weight decay
 1e-4, gradient clipping at norm 1.0, cosine decay to 0.01 lr; batch 32 / 16 / 8 for N-MNIST /
@@ -15,38 +15,20 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import torch
-from torch import nn
-from torch.utils.data import Subset
+from typing import TYPE_CHECKING
 
 from lib.base.errors import how_to_set
-from lib.data.events import (
-    NAMES,
-    OFFICIAL_TIME_BINS,
-    collate_fn,
-    frame_hw,
-    frame_picture,
-    pad_collate,
-    warm_cache,
-)
-from lib.data.events import build_datasets as event_datasets
-from lib.models import mamba_spike as spiking
-from lib.models.mamba_spike import (
-    PRESETS,
-    MambaSpike,
-    MambaSpikeConfig,
-    activation_bytes,
-    count_parameters,
-    firing_rates,
-    parameter_count,
-)
-from lib.plots import image_grid
-from lib.session import Session
+from lib.data.catalog import EVENT_NAMES, OFFICIAL_TIME_BINS
+from lib.runtime.lif_path import check_path_env
 from lib.training.config import ConfigError, RunConfig
-from lib.training.loop import Task, evaluate_on
-from lib.training.metrics import Accuracy, ConfusionMatrix
 from lib.workloads import Workload
+
+if TYPE_CHECKING:  # torch, the data and the model are imported where they run (the contract)
+    import torch
+
+    from lib.models.mamba_spike import MambaSpike, MambaSpikeConfig
+    from lib.session import Session
+    from lib.training.loop import Task
 
 BATCH_SCALE = {"nmnist": 2.0, "dvsgesture": 1.0, "cifar10dvs": 0.5}  # official 32 / 16 / 8
 OFFICIAL_BATCH = {"nmnist": 32, "dvsgesture": 16, "cifar10dvs": 8}
@@ -80,7 +62,6 @@ class MambaSpikeRunConfig(RunConfig):
 
     WORKLOAD = "mamba_spike"
     SCHEDULE_SPANS_EPOCHS = True  # cosine annealing over all EPOCHS
-    device_notes = staticmethod(spiking.lif_notes)  # the device line names the spiking layers' path
     BATCH_SIZES = {"cuda": 16, "xla": 32, "mps": 8}  # DVS Gesture's; scaled per DATASET
     # CPU, measured: 1.56x / 1.50x / 1.53x at T = 20 / 60 / 300, compiling in 186 / 451 /
     # 2,346 s: at T = 300, batch 8, repaid in ~1,350 steps, a fifth of one N-MNIST epoch: on.
@@ -101,9 +82,15 @@ class MambaSpikeRunConfig(RunConfig):
     n_layers: int | None = None
     spike_channels: int | None = None
 
+    def device_notes(self, device_type: str) -> tuple[str, ...]:
+        """The device line names the LIF path the spiking layers take (lib.kernels.lif)."""
+        from lib.models.mamba_spike import lif_notes
+
+        return lif_notes(device_type)
+
     def validate(self) -> None:
-        spiking.check_path_env()  # TA_LIF_PATH, before anything starts
-        self._choice("dataset", self.dataset, NAMES)
+        check_path_env()  # TA_LIF_PATH, before anything starts
+        self._choice("dataset", self.dataset, EVENT_NAMES)
         for name in ("n_time_bins", "dt_us", "fixed_t", "downsample", *SIZE_OVERRIDES):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -166,6 +153,9 @@ class MambaSpikeRunConfig(RunConfig):
     def model_config(self, downsample: int | None = None) -> MambaSpikeConfig:
         """The dataset's preset at the frame size the data produces (or at `downsample`),
         sizes overridden."""
+        from lib.data.events import frame_hw
+        from lib.models.mamba_spike import MambaSpikeConfig
+
         hw = frame_hw(self.dataset, downsample or self.resolved_downsample())
         sizes = {k: getattr(self, k) for k in SIZE_OVERRIDES if getattr(self, k) is not None}
         if self.smoke:
@@ -184,6 +174,8 @@ class MambaSpikeRunConfig(RunConfig):
     def full_size_gb(self) -> float | None:
         """Estimated activation memory (GB) of a training step at the full sensor size, with
         this T and per-device batch, in half precision; None when T is variable."""
+        from lib.models.mamba_spike import activation_bytes
+
         t = self.frames()
         if t is None:
             return None
@@ -200,6 +192,9 @@ class MambaSpikeRunConfig(RunConfig):
         return DEFAULT_DOWNSAMPLE[self.dataset]
 
     def _downsample_deviation(self) -> str | None:
+        from lib.data.events import frame_hw
+        from lib.models.mamba_spike import parameter_count
+
         d = self.resolved_downsample()
         if d == 1:
             return None
@@ -221,6 +216,8 @@ class MambaSpikeRunConfig(RunConfig):
 
     def deviations(self) -> list[str]:
         """Each setting that differs from the official code's, one phrase each."""
+        from lib.models.mamba_spike import PRESETS
+
         out = [f"{name.upper()} = {getattr(self, name)!r} (official: {OFFICIAL[name]!r})"
                for name in ("lr", "weight_decay", "clip_grad")
                if getattr(self, name) != OFFICIAL[name]]
@@ -244,6 +241,9 @@ class MambaSpikeRunConfig(RunConfig):
         return out + self.sample_and_smoke_deviations()
 
     def __str__(self) -> str:
+        from lib.data.events import frame_hw
+        from lib.models.mamba_spike import parameter_count
+
         h, w = frame_hw(self.dataset, self.resolved_downsample())
         t = self.framing()["n_time_bins"] or self.fixed_t or f"variable ({self.dt_us} us bins)"
         found = self.deviations()
@@ -263,6 +263,9 @@ def cache_dir(s: Session) -> Path:
 def datasets(s: Session, warm: bool = False):
     """(train_set, test_set, info) of (frames (T, 2, H, W), label); `warm` frames every
     recording into the disk cache now. On XLA, T must be fixed (it raises otherwise)."""
+    from lib.data.events import build_datasets as event_datasets
+    from lib.data.events import warm_cache
+
     cfg, choice, kept = s.cfg, s.choice, s.storage.prepared
     train, test, info = event_datasets(
         cfg.dataset, s.data_dir, sample=cfg.sample_data, cache_dir=cache_dir(s), seed=SPLIT_SEED,
@@ -274,12 +277,18 @@ def datasets(s: Session, warm: bool = False):
 
 def build_task(cfg: MambaSpikeRunConfig, device: torch.device) -> tuple[Task, dict]:
     """Mamba-Spike, AdamW, per-epoch cosine decay and clipping as a `Task`, plus its config."""
+    import torch
+
+    from lib.models.mamba_spike import MambaSpike
+    from lib.training.loop import Task
+    from lib.training.metrics import Accuracy
+
     model_cfg = cfg.model_config()
     model = MambaSpike(model_cfg).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs,
                                                            eta_min=LR_FLOOR * cfg.lr)
-    task = Task(model, nn.functional.cross_entropy, optimizer,
+    task = Task(model, torch.nn.functional.cross_entropy, optimizer,
                 metrics=lambda: [Accuracy(model_cfg.n_classes)], scheduler=scheduler,
                 clip_grad=cfg.clip_grad, monitor="test_accuracy", grad_scale=GRAD_SCALE)
     return task, asdict(model_cfg)
@@ -289,6 +298,8 @@ def loaders(s: Session):
     """(train, test) loaders; the training set is sharded across processes. A single process
     packs any recording not yet framed first (ranks of a DDP/XLA run only read: the notebook
     packed them)."""
+    from lib.data.events import collate_fn
+
     train_set, test_set, info = datasets(s, warm=s.dist.world_size == 1)
     return s.loaders(train_set, test_set, collate_fn(info))
 
@@ -307,63 +318,20 @@ def load_best(s: Session) -> tuple[Task, dict]:
 
 def evaluate_test(s: Session, task: Task, test_loader, n_classes: int):
     """(scores, confusion matrix (K, K) CPU tensor) of `task` on the test loader."""
+    from lib.training.loop import evaluate_on
+    from lib.training.metrics import Accuracy, ConfusionMatrix
+
     cm = ConfusionMatrix(n_classes)
     scores = evaluate_on(task, test_loader, s.choice, [Accuracy(n_classes), cm], s.max_batches)
     return scores, cm.matrix()
 
 
-def _labels(dataset) -> list[int]:
-    """Every recording's label without framing it (tonic keeps them in `targets`)."""
-    if isinstance(dataset, Subset):
-        base = _labels(dataset.dataset)
-        return [base[i] for i in dataset.indices]
-    return [int(t) for t in dataset.dataset.targets]
-
-
-def _save_to(path: Path | None) -> Path | None:
-    """`path`, its folder created (example figures are drawn before the run folder exists)."""
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _picture(frames: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
-    return torch.from_numpy(frame_picture(frames, start, stop)).permute(2, 0, 1)
-
-
-def example_frames(dataset, classes: list[str], n: int = 8, path: Path | None = None,
-                   sample: bool = False):
-    """Figure of the first recording of up to `n` classes, events summed over time (ON red,
-    OFF blue); returns (figure, first shown recording's frames). `sample` marks the title."""
-    first: dict[int, int] = {}
-    for i, label in enumerate(_labels(dataset)):
-        first.setdefault(label, i)
-    shown = sorted(first.items())[:n]
-    frames = [dataset[i][0] for _, i in shown]
-    fig = image_grid(torch.stack([_picture(f) for f in frames]),
-                     [classes[label][:16] for label, _ in shown], _save_to(path),
-                     cols=min(len(shown), 8), sample=sample,
-                     title="one recording per class, events summed over time (ON red, OFF blue)")
-    return fig, frames[0]
-
-
-def time_strip(frames: torch.Tensor, n: int = 8, path: Path | None = None,
-               sample: bool = False):
-    """Figure of one recording (T, 2, H, W) cut into `n` consecutive slices of frames;
-    `sample` marks the title."""
-    t = frames.shape[0]
-    n = min(n, t)
-    slices = [(round(k * t / n), round((k + 1) * t / n)) for k in range(n)]
-    pictures = torch.stack([_picture(frames, a, b) for a, b in slices])
-    titles = [f"frame {a}" if b - a == 1 else f"frames {a}-{b - 1}" for a, b in slices]
-    return image_grid(pictures, titles, _save_to(path), cols=n, sample=sample,
-                      title="the first recording over time")
-
-
-@torch.no_grad()
 def spike_statistics(model: MambaSpike, dataset, device: torch.device, n: int = 16) -> dict:
     """Per front-end layer: mean spikes per neuron per step and share of silent neurons, over
     the first `n` test recordings (zero-padded to the longest)."""
+    from lib.data.events import pad_collate
+    from lib.models.mamba_spike import firing_rates
+
     batch, _ = pad_collate([dataset[i] for i in range(min(n, len(dataset)))])
     model.eval()
     return firing_rates(model, batch.to(device))
@@ -373,6 +341,8 @@ def results_table(scores: dict, stats: dict, info: dict, task: Task, sample: boo
                   deviations: list[str]) -> str:
     """Markdown table: accuracy beside the authors' figure, size, framing and sparsity; the
     last row names each of `deviations` (`MambaSpikeRunConfig.deviations()`)."""
+    from lib.models.mamba_spike import MambaSpikeConfig, count_parameters, parameter_count
+
     name = info["name"]
     ours = "this run (synthetic sample)" if sample else f"this run ({name})"
     h, w = info["frame_hw"]

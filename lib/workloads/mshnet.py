@@ -13,21 +13,21 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from lib.base.errors import DataError, DataNotFound
-from lib.data.irstd import PAPER_RESULTS, find_layout, overlay
-from lib.data.irstd import build_datasets as irstd_datasets
-from lib.losses.sls import OFFICIAL_WARM_EPOCH, WARMUP_RULES, SLSLoss, warmup_length
-from lib.models.mshnet import MSHNet, MSHNetConfig
+from lib.data.catalog import IRSTD_PAPER_RESULTS as PAPER_RESULTS
+from lib.losses.warmup import OFFICIAL_WARM_EPOCH, WARMUP_RULES, warmup_length
 from lib.plots import image_grid
 from lib.runtime.platforms import input_roots, storage
-from lib.session import Session
 from lib.training.config import ConfigError, RunConfig
-from lib.training.loop import Task, evaluate_on
-from lib.training.metrics_seg import SegMetrics, select_prediction
 from lib.workloads import Workload
+
+if TYPE_CHECKING:  # torch, the data and the model are imported where they run (the contract)
+    import torch
+
+    from lib.session import Session
+    from lib.training.loop import Task
 
 PAPER_SIZE = 256  # base and crop size of the paper
 SAMPLE_SIZE = 64  # the offline sample's: CPU smoke runs take seconds
@@ -46,6 +46,8 @@ def data_dir(runtime: str, sample: bool, default: Path) -> Path:
     was expected), else `default`. The sample goes to `default` (scratch): inputs are
     read-only.
     """
+    from lib.data.irstd import find_layout
+
     roles = storage(runtime)
     if sample or not roles.inputs:
         return default
@@ -137,6 +139,8 @@ def datasets(s: Session, check: bool = False):
     The offline sample is not named after DATASET (info["dataset"] is "sample"); the paper
     row for results is always DATASET's.
     """
+    from lib.data.irstd import build_datasets as irstd_datasets
+
     cfg = s.cfg
     base, crop = cfg.image_sizes()
     train_set, test_set, info = irstd_datasets(
@@ -149,6 +153,13 @@ def datasets(s: Session, check: bool = False):
 
 def build_task(cfg: MSHNetRunConfig, device: torch.device) -> tuple[Task, dict]:
     """MSHNet, the SLS loss with its warm-up and Adagrad as a `Task`, plus the model config."""
+    import torch
+
+    from lib.losses.sls import SLSLoss
+    from lib.models.mshnet import MSHNet, MSHNetConfig
+    from lib.training.loop import Task
+    from lib.training.metrics_seg import SegMetrics
+
     model_cfg = MSHNetConfig()
     model = MSHNet(model_cfg).to(device)
     loss = SLSLoss(cfg.warmup_epochs())
@@ -181,18 +192,27 @@ def load_best(s: Session) -> tuple[Task, dict]:
 
 def evaluate_test(s: Session, task: Task, test_loader) -> dict:
     """test_loss, test_mIoU, test_nIoU, test_Pd, test_Fa of `task` on the test loader."""
+    from lib.training.loop import evaluate_on
+    from lib.training.metrics_seg import SegMetrics
+
     metrics = [SegMetrics(warm=task.loss_fn.warm)]
     return evaluate_on(task, test_loader, s.choice, metrics, s.max_batches)
 
 
 def _first(dataset, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The first `n` (image, mask) pairs of `dataset`, stacked."""
+    import torch
+
     pairs = [dataset[i] for i in range(min(n, len(dataset)))]
     return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
 
 
 def _overlays(x, y, logit) -> tuple[torch.Tensor, list[float]]:
     """(N, 3, H, W) overlay images and each image's IoU of prediction and truth."""
+    import torch
+
+    from lib.data.irstd import overlay
+
     rgb = torch.stack([torch.from_numpy(overlay(*t)).permute(2, 0, 1)
                        for t in zip(x, y, logit, strict=True)])
     pred, gt = logit > 0, y > 0.5
@@ -206,6 +226,8 @@ def example_grid(dataset, n: int = 8, seed: int = 0, path: Path | None = None,
     """Figure of `n` (augmented) samples, ground truth in green; drawn under its own seed so
     showing them does not move the global RNG that initialises the model. `sample` marks the
     title as the synthetic sample's."""
+    import torch
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         x, y = _first(dataset, n)
@@ -218,14 +240,18 @@ def example_grid(dataset, n: int = 8, seed: int = 0, path: Path | None = None,
 UNTRAINED_SHARE = 0.5  # above this share of pixels marked as target, the grid says why
 
 
-@torch.no_grad()
 def prediction_grid(task: Task, dataset, device: torch.device, n: int = 8,
                     path: Path | None = None, sample: bool = False):
     """Figure of the first `n` test images: truth green, prediction red, both yellow; `sample`
     marks the title as the synthetic sample's."""
+    import torch
+
+    from lib.training.metrics_seg import select_prediction
+
     x, y = _first(dataset, n)
     task.model.eval()
-    logit = select_prediction(task.model(x.to(device)), task.loss_fn.warm).float().cpu()
+    with torch.no_grad():
+        logit = select_prediction(task.model(x.to(device)), task.loss_fn.warm).float().cpu()
     rgb, ious = _overlays(x, y, logit)
     title = "test images: truth green, prediction red, both yellow"
     marked = (logit > 0).float().mean().item()

@@ -13,27 +13,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
-
-from lib import session
 from lib.base.progress import format_hours
-from lib.data.cifar import STATS, check_name, example_grid
-from lib.data.cifar import build_datasets as cifar_datasets
-from lib.data.label_noise import NOISE_MODES
-from lib.data.on_device import Augment
-from lib.launch import launch
-from lib.models.resnet import CifarResNet18, ResNetConfig
+from lib.data.catalog import NOISE_MODES
+from lib.data.catalog import check_cifar_name as check_name
 from lib.plots import image_grid
-from lib.runs.folder import STOPPED
 from lib.runtime.platforms import PLATFORMS
-from lib.session import Session
 from lib.study.figures import summary  # its own module: `report` reads it without torch
 from lib.study.grid import GridCell, finish_run, plan_runs, read_marker, run_status
 from lib.training.config import ConfigError, RunConfig
-from lib.training.loop import Task
-from lib.training.metrics import Accuracy
 from lib.training.optim import (
     OPTIMIZERS,
     check_optimizer_name,
@@ -42,6 +31,12 @@ from lib.training.optim import (
     warmup_cosine,
 )
 from lib.workloads import Workload
+
+if TYPE_CHECKING:  # torch, the data and the model are imported where they run (the contract)
+    import torch
+
+    from lib.session import Session
+    from lib.training.loop import Task
 
 DEFAULT_SEEDS = [0, 1, 2]
 SMOKE_BATCH = 16
@@ -168,6 +163,8 @@ def plan(cfg: OptimizerStudyConfig) -> list[GridCell]:
 def cell_session(s: Session, spec: GridCell) -> Session:
     """The session of one run: its optimizer and seed, OUT_DIR its own folder (already
     checked by the grid's session, and RESUME already applied to the grid's root)."""
+    from lib import session
+
     cfg = s.cfg.cell(spec.optimizer, spec.seed, out_dir=str(spec.dir(s.out_dir)),
                      resume="auto")
     return session.start(cfg, runtime=s.runtime, dist=s.dist, announce=False, grid=False,
@@ -176,6 +173,8 @@ def cell_session(s: Session, spec: GridCell) -> Session:
 
 def datasets(s: Session, seed: int | None = None):
     """(train, test, info) with the training labels noised for `seed` (default: the run's)."""
+    from lib.data.cifar import build_datasets as cifar_datasets
+
     cfg = s.cfg
     seed = cfg.grid_seeds()[0] if seed is None else seed
     return cifar_datasets(cfg.dataset, s.data_dir, cfg.sample_data, cfg.label_noise,
@@ -185,13 +184,19 @@ def datasets(s: Session, seed: int | None = None):
 def build_task(cfg: OptimizerStudyConfig, device: torch.device, num_classes: int,
                steps_per_epoch: int) -> tuple[Task, dict]:
     """ResNet-18, the run's optimizer and its warm-up + cosine schedule (per step)."""
+    import torch
+
+    from lib.models.resnet import CifarResNet18, ResNetConfig
+    from lib.training.loop import Task
+    from lib.training.metrics import Accuracy
+
     model_cfg = ResNetConfig(num_classes=num_classes)
     model = CifarResNet18(model_cfg).to(device)
     lr, weight_decay = cfg.hparams(cfg.optimizer)
     optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr, weight_decay)
     total = cfg.epochs * steps_per_epoch
     scheduler = warmup_cosine(optimizer, total, min(cfg.warmup_epochs * steps_per_epoch, total))
-    task = Task(model, nn.functional.cross_entropy, optimizer,
+    task = Task(model, torch.nn.functional.cross_entropy, optimizer,
                 metrics=lambda: [Accuracy(num_classes)], scheduler=scheduler,
                 scheduler_interval="step", monitor="test_accuracy")
     return task, asdict(model_cfg)
@@ -199,6 +204,9 @@ def build_task(cfg: OptimizerStudyConfig, device: torch.device, num_classes: int
 
 def train(s: Session) -> list[dict]:
     """Train one run of the grid (`cell_session`), resuming if it has a checkpoint."""
+    from lib.data.cifar import STATS
+    from lib.data.on_device import Augment
+
     train_set, test_set, info = datasets(s)
     mean, std = STATS[s.cfg.dataset]
     loaders = s.device_loaders(train_set, test_set, mean, std, Augment(padding=4, flip=True))
@@ -213,6 +221,9 @@ def train_grid(s: Session) -> list[dict]:
     Each run trains through `launch` (all devices of the platform), then writes DONE.json
     and merges its row into OUT_DIR/results.csv; a finished run is only reported.
     """
+    from lib.launch import launch
+    from lib.runs.folder import STOPPED
+
     rows, trained = [], []
     specs = plan(s.cfg)
     for i, spec in enumerate(specs, 1):
@@ -258,6 +269,8 @@ def noisy_examples(dataset, name: str, n: int = 16, path: Path | None = None,
                    sample: bool = False):
     """The first `n` training images titled by their (noisy) label; a flipped one also
     names its true class. `sample` marks the title as the synthetic sample's."""
+    from lib.data.cifar import example_grid
+
     images, labels = example_grid(dataset, name, n)
     titles = []
     for i, label in enumerate(labels):
