@@ -81,9 +81,16 @@ clean-xla:
 # Refresh every lock to the newest versions the ranges allow (README, "Locked versions"); then
 # `make test` proves them and the commit carries them. main.lock covers Linux, macOS and
 # Python 3.11+ (markers pick per machine); the hosted images' bootstrap locks follow images.toml.
+# Not in main.lock: rfc3987-syntax (and lark, its one use), an optional format checker of
+# jsonschema's format-nongpl extra (jupyter-events asks for it). jsonschema imports it when
+# present, and it builds a grammar on import: 2.3 s of CPU in every process that reads a
+# notebook (nbformat), each `train-anywhere` command and each papermill run among them. Without
+# it jsonschema leaves those formats unchecked ("iri"), as its documentation says of any
+# format whose checker is not installed; pip check does not ask for an extra's packages.
 lock: install
 	$(UV_COMPILE) --universal --python-version 3.11 --extra dev --extra jupyter \
-		--extra docs pyproject.toml requirements/main.in -o $(LOCK)
+		--extra docs --no-emit-package rfc3987-syntax --no-emit-package lark \
+		pyproject.toml requirements/main.in -o $(LOCK)
 	$(UV_COMPILE) --python-platform x86_64-manylinux_2_28 --python-version 3.11 --extra dev \
 		pyproject.toml requirements/xla.in -o $(XLA_LOCK)
 	$(PY) -m tests.lanes lock
