@@ -118,19 +118,25 @@ def run_beside(mains: Phase | tuple[Phase, ...], *sides: Phase, root: Path = ROO
     theirs; True when all passed."""
     mains = mains if isinstance(mains, tuple) else (mains,)
     (root / OUT.name).mkdir(exist_ok=True)
-    procs = []
+
+    def waited(side: Phase, proc: subprocess.Popen) -> None:  # its own end, not the mains'
+        side.rc = proc.wait()
+        side.ended = time.monotonic()
+
+    waiters = []
     for side in sides:
         side.log, side.beside = root / OUT.name / f"{side.target}.log", mains[0].name
         side.started = time.monotonic()
-        procs.append(_make(side.target, side.log, root))
+        waiters.append(threading.Thread(target=waited, args=(side, _make(side.target, side.log,
+                                                                         root))))
+        waiters[-1].start()
     ok = True
     for main in mains:
         if ok:
             during(main.name)
             ok = run(main, root)
-    for side, proc in zip(sides, procs, strict=True):
-        side.rc = proc.wait()
-        side.ended = time.monotonic()
+    for side, waiter in zip(sides, waiters, strict=True):
+        waiter.join()
         side.seconds = side.ended - side.started
         print(f"===== {side.name} (make {side.target}, beside {mains[0].name}): exit {side.rc} "
               f"after {side.seconds:.0f} s =====", flush=True)

@@ -37,6 +37,10 @@ main-two:
 \t@touch main-started && {wait_for("side-started")} && {wait_for("side2-started")}
 side2-main:
 \t@touch side2-started && {wait_for("main-started")}
+side-short:
+\t@touch side-done
+main-long:
+\t@{wait_for("side-done")} && sleep 0.5
 """
 
 
@@ -79,6 +83,15 @@ def test_two_phases_beside_one(tmp_path):
     for side in sides:
         assert side.beside == "tests" and side.started < main.ended and main.started < side.ended
     assert "| downloads | side-main |" in text and "| slurm | side2-main |" in text
+
+
+def test_a_phase_beside_another_is_timed_to_its_own_end(tmp_path):
+    """The side ends first (the main waits for its mark, then half a second more): its seconds
+    are its own, not the main's."""
+    (tmp_path / "Makefile").write_text(MAKEFILE)
+    main, side = suite.Phase("tests", "main-long"), suite.Phase("slurm", "side-short")
+    ok, _ = suite.measure([(main, side)], root=tmp_path)
+    assert ok and side.ended < main.ended and side.seconds < main.seconds - 0.4
 
 
 def test_a_phase_beside_several_in_turn_and_a_failure_stops_the_turns(tmp_path):
