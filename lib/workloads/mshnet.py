@@ -279,10 +279,8 @@ def results_table(scores: dict, dataset: str, sample: bool, deviations: list[str
     return "\n".join(rows)
 
 
-# XLA lanes: at the sample's 64 px a smoke batch of 16 takes minutes per step, and of 8 an
-# epoch after the compile still 24-33 s (torch_xla's CPU device at LLVM level 0): 32 px. (Not
-# batches of 4 as well: on the CPU, a smoke epoch at 4 and 32 px gave a NaN test loss, where 4
-# at 64 px and 8 at 32 px do not; two of the sample's 16 test masks are empty at 32 px. Not
-# yet looked into: the official loss has no smoothing.)
+# XLA lanes: at the sample's 64 px a smoke batch of 16 takes minutes per step. (Not 32 px: the
+# Kaggle TPU lane's bf16 epoch there gave a non-finite loss, as a CPU epoch did at 32 px with
+# batches of 4; two of the sample's 16 test masks are empty at 32 px. Not yet looked into.)
 WORKLOAD = Workload(MSHNetRunConfig, datasets, train, headline="test_mIoU",
-                    tiny=dict(SMOKE_BATCHES=2, BATCH_SIZE=8, BASE_SIZE=32))
+                    tiny=dict(SMOKE_BATCHES=2, BATCH_SIZE=8))
