@@ -296,7 +296,6 @@ def test_the_command_line_reads_a_finished_run_without_torch(tmp_path, monkeypat
     (record,) = launch(fashion_mnist.train, session.start(cfg, runtime="local"))
     assert json.loads((run / "config.json").read_text())["experiment"]["workload"] == (
         "fashion_mnist")
-    # torch poisoned: any import of it raises, even one a caller would catch
     # torch poisoned: any import of it raises, even one a caller would catch; the cards
     # `report` reads, counted
     code = ("import contextlib, io, sys\nsys.modules['torch'] = None\n"
