@@ -2,6 +2,13 @@
 
 Standard library only (it starts in milliseconds). See tests/kernel_zygote.py for when a kernel
 is forked and when it is real, and the protocol.
+
+Its first step holds the kernel's five ports (hold_ports). jupyter_client picks them by binding
+port 0 and letting go, writes them in the connection file and starts us; until the kernel binds
+them, any process may take one (another worker's kernel manager picking ports, or any connect()
+choosing its local port), and the kernel then dies with "Address already in use" (a known race
+of the protocol: jupyter_client's LocalPortCache only guards one process's picks; CI lost a run
+to it). Held from our start, the window is our interpreter's start, not a kernel's imports.
 """
 
 from __future__ import annotations
@@ -26,12 +33,49 @@ def say(line: str) -> None:
             f.write(f"{os.getpid()} {line}\n")
 
 
+HELD: list[socket.socket] = []  # the kernel's ports, held while it starts (and for its life)
+
+
+def hold_ports(argv: list[str]) -> list[int]:
+    """Bind the connection file's TCP ports (argv's `-f FILE`), each with SO_REUSEADDR and never
+    listening: no other bind and no connect() can take them (Linux gives neither a port bound
+    that way), while the kernel's ZeroMQ listeners, which set SO_REUSEADDR too, still bind them.
+    Inheritable, so a real kernel (exec'd) holds them as well. Returns the ports that another
+    process took first (the kernel will die on them: said in kernels.log)."""
+    try:
+        with open(argv[argv.index("-f") + 1]) as f:
+            info = json.load(f)
+    except (ValueError, IndexError, OSError):
+        return []
+    if info.get("transport", "tcp") != "tcp":
+        return []
+    taken = []
+    for name in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"):
+        port = info.get(name)
+        if not port:
+            continue
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((info.get("ip", "127.0.0.1"), port))
+        except OSError:
+            sock.close()
+            taken.append(port)
+            continue
+        sock.set_inheritable(True)
+        HELD.append(sock)
+    if taken:
+        say(f"ports taken before the kernel started: {taken}")
+    return taken
+
+
 def real(why: str = "") -> None:
     say(f"real: {why}")
     os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *sys.argv[1:]])
 
 
 def main() -> None:
+    hold_ports(sys.argv[1:])
     path = os.environ.get("TA_KERNEL_ZYGOTE_SOCKET")
     if not path or os.environ.get("TA_REAL_KERNEL"):
         real("TA_REAL_KERNEL" if path else "no zygote")

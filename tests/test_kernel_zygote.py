@@ -101,11 +101,20 @@ def test_an_import_time_variable_that_differs_starts_a_real_kernel(zygote):
 
 
 def test_a_killed_launcher_takes_its_kernel_with_it(zygote, tmp_path):
-    """jupyter_client SIGKILLs the kernel it started (the launcher): the forked kernel goes too."""
+    """jupyter_client SIGKILLs the kernel it started (the launcher): the forked kernel goes too.
+    Until then the launcher holds the kernel's ports (hold_ports, from its start)."""
+    import socket
+
+    ports = []
+    for _ in range(5):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
     conn = tmp_path / "kernel.json"
-    conn.write_text(json.dumps({"shell_port": 0, "iopub_port": 0, "stdin_port": 0,
-                                "control_port": 0, "hb_port": 0, "ip": "127.0.0.1", "key": "",
-                                "transport": "tcp", "signature_scheme": "hmac-sha256"}))
+    conn.write_text(json.dumps({**dict(zip(("shell_port", "iopub_port", "stdin_port",
+                                            "control_port", "hb_port"), ports, strict=True)),
+                                "ip": "127.0.0.1", "key": "", "transport": "tcp",
+                                "signature_scheme": "hmac-sha256"}))
     launcher = subprocess.Popen([sys.executable, str(kernel_zygote.ROOT / "tests" /
                                                      "kernel_launch.py"), "-f", str(conn)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -113,10 +122,14 @@ def test_a_killed_launcher_takes_its_kernel_with_it(zygote, tmp_path):
     while not (lines and lines[-1].startswith(f"{launcher.pid} forked: ")):
         assert time.monotonic() < deadline, lines
         time.sleep(0.1)
-        lines = (zygote / "kernels.log").read_text().splitlines()
+        log = zygote / "kernels.log"  # not there before the module's first kernel
+        lines = log.read_text().splitlines() if log.exists() else []
     kernel = int(lines[-1].split()[-1])
     stand_in = int(Path(f"/proc/{kernel}/stat").read_text().rsplit(")", 1)[1].split()[1])
     assert _alive(kernel) and _alive(stand_in)  # its parent, standing in for the launcher's
+    fds = Path(f"/proc/{launcher.pid}/fd")  # bound, never listening: in no /proc/net table
+    sockets = [f for f in fds.iterdir() if os.readlink(f).startswith("socket:")]
+    assert len(sockets) == len(ports) + 1, sockets  # and its connection to the zygote
     launcher.send_signal(signal.SIGKILL)
     launcher.wait()
     deadline = time.monotonic() + 10
@@ -159,3 +172,44 @@ def test_a_parents_command_line_longer_than_the_room_starts_a_real_kernel(zygote
     out = nbformat.read(zygote / "long-out.ipynb", as_version=4).cells[1].outputs
     probe = json.loads(next(o["text"] for o in out if o.get("name") == "stdout"))
     assert probe["parent"] == command and probe["torch"] is False
+
+
+def test_the_launcher_holds_the_kernels_ports_so_no_other_process_takes_one(tmp_path):
+    """jupyter_client picks a kernel's ports and lets them go before the kernel binds them: the
+    launcher holds them from its start (a bind elsewhere fails) while the kernel's ZeroMQ
+    listeners still bind them; a port taken before it started is reported."""
+    import socket
+
+    import zmq
+
+    from tests import kernel_launch
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    ports = {name: free_port() for name in ("shell_port", "iopub_port", "stdin_port",
+                                            "control_port", "hb_port")}
+    squatter = socket.socket()  # another process's socket on the shell port, already listening
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    ports["shell_port"] = squatter.getsockname()[1]
+    connection = tmp_path / "kernel.json"
+    connection.write_text(json.dumps({**ports, "ip": "127.0.0.1", "transport": "tcp"}))
+    context = zmq.Context()
+    try:
+        assert kernel_launch.hold_ports(["-f", str(connection)]) == [ports["shell_port"]]
+        held = [p for name, p in ports.items() if name != "shell_port"]
+        assert sorted(s.getsockname()[1] for s in kernel_launch.HELD) == sorted(held)
+        for port in held:
+            with socket.socket() as other, pytest.raises(OSError, match="in use"):
+                other.bind(("127.0.0.1", port))
+            listener = context.socket(zmq.ROUTER)
+            listener.bind(f"tcp://127.0.0.1:{port}")  # as the kernel does: it still can
+            listener.close(linger=0)
+    finally:
+        context.destroy(linger=0)
+        squatter.close()
+        while kernel_launch.HELD:
+            kernel_launch.HELD.pop().close()
