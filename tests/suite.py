@@ -3,18 +3,19 @@
     python3 -m tests.suite           # every phase; exit 1 if any failed
     python3 -m tests.suite --quick   # the inner loop: lint, --check, unit tests, a notebook each
 
-Runs each phase (a `make` target) and ends with a table: its seconds, its exit status, and the
-peak disk used while it ran (every file system it writes: the clone, the temporary folder, uv's
-and pip's caches), sampled every second. Phases that mostly wait run beside one that computes:
-the XLA venv is built (downloads, unpacking) and the Slurm lane runs (its cells wait on the
-scheduler) while the main lane's tests run; the image lanes beside the XLA lane. Disk is
-given back as soon as a phase is done with it: the XLA venv (7.6 GB) goes once its lane passed,
-and each image lane (5-7 GB) is built just before its tests and removed after them
-(tests/lanes.py `run`), so no more than the main venv, the XLA venv and two lanes are ever on
-disk together. Each phase's output goes to the terminal as it comes, or,
-for one run beside another, after it ends. The table is also written to `.suite/summary.md`;
-`--durations=30` in each pytest keeps the 30 slowest tests in the log. Standard library only:
-it runs before any venv exists.
+Runs each phase (a `make` target) and ends with a table: its seconds, its exit status, how busy
+the machine's CPUs were while it ran (of all cores, from /proc/stat: where the suite waits
+rather than computes), and the peak disk used while it ran (every file system it writes: the
+clone, the temporary folder, uv's and pip's caches), sampled every second. Phases that mostly
+wait run beside one that computes: the XLA venv is built (downloads, unpacking) and the Slurm
+lane runs (its cells wait on the scheduler) while the main lane's tests run; the image lanes
+beside the XLA lane. Disk is given back as soon as a phase is done with it: the XLA venv (7.6
+GB) goes once its lane passed, and each image lane (5-7 GB) is built just before its tests and
+removed after them (tests/lanes.py `run`), so no more than the main venv, the XLA venv and two
+lanes are ever on disk together. Each phase's output goes to the terminal as it comes, or, for
+one run beside another, after it ends. The table is also written to `.suite/summary.md`;
+`--durations=30` in each pytest keeps the 30 slowest tests in the log. Standard library only: it
+runs before any venv exists.
 """
 
 from __future__ import annotations
@@ -44,6 +45,25 @@ class Phase:
     log: Path | None = field(default=None, repr=False)
     started: float | None = None  # time.monotonic() when its make began, and when it ended
     ended: float | None = None
+    cpu: list = field(default_factory=list, repr=False)  # cpu_times() at its start and end
+
+
+def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
+    """(busy, total) clock ticks of all CPUs since boot (proc(5): the `cpu` line; idle and
+    iowait are not busy); None where there is no /proc (macOS)."""
+    try:
+        ticks = [int(v) for v in stat.read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    total = sum(ticks[:8])  # guest time is already counted in user and nice
+    return total - ticks[3] - ticks[4], total
+
+
+def busy(start, end) -> str:
+    """The share of all CPUs' time that was busy between two cpu_times() readings."""
+    if not start or not end or end[1] <= start[1]:
+        return ""
+    return f"{100 * (end[0] - start[0]) / (end[1] - start[1]):.0f}%"
 
 
 class DiskPeak:
@@ -101,18 +121,19 @@ def _make(target: str, log: Path | None = None, root: Path = ROOT) -> subprocess
     return subprocess.Popen(cmd, cwd=root, stdout=out, stderr=subprocess.STDOUT if out else None)
 
 
-def run(phase: Phase, root: Path = ROOT) -> bool:
+def run(phase: Phase, root: Path = ROOT, cpu=cpu_times) -> bool:
     print(f"===== {phase.name} (make {phase.target}) =====", flush=True)
-    phase.started = time.monotonic()
+    phase.started, phase.cpu = time.monotonic(), [cpu()]
     phase.rc = _make(phase.target, root=root).wait()
     phase.ended = time.monotonic()
+    phase.cpu.append(cpu())
     phase.seconds = phase.ended - phase.started
     print(f"===== {phase.name}: exit {phase.rc} after {phase.seconds:.0f} s =====", flush=True)
     return phase.rc == 0
 
 
 def run_beside(mains: Phase | tuple[Phase, ...], *sides: Phase, root: Path = ROOT,
-               during=lambda label: None) -> bool:
+               during=lambda label: None, cpu=cpu_times) -> bool:
     """`sides` run beside `mains` (all started at once), the mains one after another (stopping
     at the first that fails; each told to `during` as it starts); each side's output after
     theirs; True when all passed."""
@@ -122,11 +143,12 @@ def run_beside(mains: Phase | tuple[Phase, ...], *sides: Phase, root: Path = ROO
     def waited(side: Phase, proc: subprocess.Popen) -> None:  # its own end, not the mains'
         side.rc = proc.wait()
         side.ended = time.monotonic()
+        side.cpu.append(cpu())
 
     waiters = []
     for side in sides:
         side.log, side.beside = root / OUT.name / f"{side.target}.log", mains[0].name
-        side.started = time.monotonic()
+        side.started, side.cpu = time.monotonic(), [cpu()]
         waiters.append(threading.Thread(target=waited, args=(side, _make(side.target, side.log,
                                                                          root))))
         waiters[-1].start()
@@ -134,7 +156,7 @@ def run_beside(mains: Phase | tuple[Phase, ...], *sides: Phase, root: Path = ROO
     for main in mains:
         if ok:
             during(main.name)
-            ok = run(main, root)
+            ok = run(main, root, cpu)
     for side, waiter in zip(sides, waiters, strict=True):
         waiter.join()
         side.seconds = side.ended - side.started
@@ -145,18 +167,22 @@ def run_beside(mains: Phase | tuple[Phase, ...], *sides: Phase, root: Path = ROO
     return ok
 
 
-def table(phases: list[Phase], total: float, disk: DiskPeak) -> str:
-    """A row per phase: its seconds, its exit status, and the peak disk used while it ran (over
-    the suite's start; a phase run beside another shares that one's figure)."""
-    rows = ["| phase | make target | seconds | exit | peak disk used | note |",
-            "|---|---|---|---|---|---|"]
+def table(phases: list[Phase], total: float, disk: DiskPeak, cpu: str = "") -> str:
+    """A row per phase: its seconds, its exit status, the CPUs' busy share while it ran (the
+    machine's: with what ran beside it), and the peak disk used while it ran (over the suite's
+    start; a phase run beside another shares that one's figure); `cpu`: the whole suite's."""
+    rows = ["| phase | make target | seconds | exit | CPU busy | peak disk used | note |",
+            "|---|---|---|---|---|---|---|"]
     for p in phases:
         note = f"beside {p.beside}" if p.beside else ""
         status = "not run" if p.rc is None else str(p.rc)
         used = disk.peaks.get(p.beside or p.name)
         used = "" if p.rc is None or used is None else f"{used / 1e9:.1f} GB"
-        rows.append(f"| {p.name} | {p.target} | {p.seconds:.0f} | {status} | {used} | {note} |")
-    rows.append(f"| **whole suite** | | **{total:.0f}** | | **{disk.peak / 1e9:.1f} GB** | |")
+        load = busy(*p.cpu) if p.rc is not None and len(p.cpu) == 2 else ""
+        rows.append(f"| {p.name} | {p.target} | {p.seconds:.0f} | {status} | {load} | {used} | "
+                    f"{note} |")
+    rows.append(f"| **whole suite** | | **{total:.0f}** | | **{cpu}** | "
+                f"**{disk.peak / 1e9:.1f} GB** | |")
     return "\n".join(rows)
 
 
@@ -192,25 +218,25 @@ def quick() -> list[tuple[Phase, ...]]:
 
 
 def measure(steps: list[tuple[Phase, ...]], root: Path = ROOT, usage=shutil.disk_usage,
-            every: float = 1.0) -> tuple[bool, str]:
+            every: float = 1.0, cpu=cpu_times) -> tuple[bool, str]:
     """Run `steps` in order, stopping at the first that fails; (all passed, the table). Disk
     use is sampled every `every` seconds through `usage` (shutil.disk_usage's shape)."""
     caches = [Path(os.environ.get("UV_CACHE_DIR", Path.home() / ".cache" / "uv")),
               Path.home() / ".cache" / "pip"]
-    started, failed = time.monotonic(), False
+    started, failed, first_cpu = time.monotonic(), False, cpu()
     with DiskPeak([root, Path(tempfile.gettempdir()), *caches], every, usage) as disk:
         for step in steps:
             if failed:
                 break
             first = step[0] if isinstance(step[0], Phase) else step[0][0]
             disk.during(first.name)
-            ok = (run(step[0], root) if len(step) == 1
-                  else run_beside(*step, root=root, during=disk.during))
+            ok = (run(step[0], root, cpu) if len(step) == 1
+                  else run_beside(*step, root=root, during=disk.during, cpu=cpu))
             failed = not ok
     total = time.monotonic() - started
     phases = [p for step in steps for item in step
               for p in (item if isinstance(item, tuple) else (item,))]
-    text = table(phases, total, disk)
+    text = table(phases, total, disk, busy(first_cpu, cpu()))
     (root / OUT.name).mkdir(exist_ok=True)
     (root / OUT.name / "summary.md").write_text(text + "\n")
     print("\n===== the suite, measured (also in .suite/summary.md) =====\n" + text, flush=True)

@@ -147,8 +147,8 @@ def test_the_table_gives_each_step_its_own_peak_disk(tmp_path):
     steps = [(suite.Phase("quiet", "ok"),), (suite.Phase("writer", "write"),)]
     ok, text = suite.measure(steps, root=tmp_path, usage=Usage, every=0.01)
     assert ok, text
-    assert re.search(r"\| quiet \| ok \| \d+ \| 0 \| 0.0 GB \|", text), text
-    assert re.search(r"\| writer \| write \| \d+ \| 0 \| 4.0 GB \|", text), text
+    assert re.search(r"\| quiet \| ok \| \d+ \| 0 \| \d+% \| 0.0 GB \|", text), text
+    assert re.search(r"\| writer \| write \| \d+ \| 0 \| \d+% \| 4.0 GB \|", text), text
     assert "| **4.0 GB** |" in text, text
 
 
@@ -164,3 +164,26 @@ def test_make_bench_keeps_the_suites_figures(tmp_path):
     assert "## The suite, before and after" in kept and "| main | 1 |" in kept
     assert "old loop table" not in kept and "## GPU" not in kept
     assert kept_sections(tmp_path / "missing.md") == []
+
+
+def test_each_phase_shows_how_busy_the_cpus_were_while_it_ran(tmp_path):
+    """Readings of /proc/stat's cpu line (busy, total ticks) at the suite's start, each phase's
+    start and end, and the suite's end: a phase's share is its own ticks, not the suite's."""
+    (tmp_path / "Makefile").write_text(MAKEFILE)
+    readings = iter([(0, 0), (100, 1000), (850, 2000), (900, 2100), (1150, 3100),
+                     (1200, 3200)])
+    steps = [(suite.Phase("busy", "ok"),), (suite.Phase("waiting", "ok"),)]
+    ok, text = suite.measure(steps, root=tmp_path, cpu=lambda: next(readings))
+    assert ok, text
+    assert re.search(r"\| busy \| ok \| \d+ \| 0 \| 75% \|", text), text
+    assert re.search(r"\| waiting \| ok \| \d+ \| 0 \| 25% \|", text), text
+    assert "| **38%** |" in text, text  # 1200 of 3200
+
+
+def test_cpu_times_reads_the_cpu_line_idle_and_iowait_not_busy(tmp_path):
+    stat = tmp_path / "stat"  # proc(5): user nice system idle iowait irq softirq steal guest..
+    stat.write_text("cpu  10 2 8 70 5 1 1 3 4 0\ncpu0 5 1 4 35 2 0 0 1 2 0\n")
+    assert suite.cpu_times(stat) == (25, 100)
+    assert suite.cpu_times(tmp_path / "none") is None
+    real = suite.cpu_times()
+    assert real is None or 0 <= real[0] <= real[1]
