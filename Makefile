@@ -164,9 +164,13 @@ test-slurm: install
 		$(PY) -m pytest -n 0 -rs -m slurm tests/test_sweep_slurm.py
 
 # XLA_FLAGS: the TPU stand-in's LLVM level, as tests/notebook_run.py XLA_ON_CPU (why: there).
+# uv writes no bytecode, and a machine with PYTHONDONTWRITEBYTECODE=1 (this one, CI's) would have
+# every process compile torch's and torch_xla's sources again (13 s of CPU each: 74 s of the
+# lane's 458 s of CPU, measured): the first writes it, inside the XLA venv (gone with it).
+XLA_PYC = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(XLA_VENV)/.pycache
 test-xla: install-xla
 	OMP_NUM_THREADS=1 $(XLA_PY) -m tests.environment
-	PJRT_DEVICE=CPU XLA_FLAGS=--xla_backend_optimization_level=0 \
+	$(XLA_PYC) PJRT_DEVICE=CPU XLA_FLAGS=--xla_backend_optimization_level=0 \
 		$(XLA_PY) -m pytest $(XDIST) --durations=30 -m xla tests
 
 # Every lane, built from nothing and kept (to look into one: then `python -m tests.lanes test`).

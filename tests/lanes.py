@@ -127,8 +127,12 @@ def build(name: str, image: dict) -> float:
                        check=True)
     spec = jupyter_path() / "kernels" / kernel_name(name) / "kernel.json"
     spec.parent.mkdir(parents=True, exist_ok=True)
+    # uv writes no bytecode and this machine (CI's too) sets PYTHONDONTWRITEBYTECODE=1: every
+    # kernel would compile torch's sources again (13 s of CPU each). The lane's kernels (and
+    # what they start) write it once, beside the lane, removed with it; an image has its .pyc.
     spec.write_text(json.dumps({
         "argv": [str(lane_python(name)), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "env": {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(dest / ".pycache")},
         "display_name": f"{image['title']} stand-in (Python {image['python']})",
         "language": "python"}, indent=1))
     return time.monotonic() - start

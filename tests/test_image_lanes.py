@@ -147,6 +147,8 @@ def test_notebook_runs_on_its_image(image, platform, workload, served, tmp_path)
     # the kernel ran in the lane: the bootstrap read the lane's own Python and torch
     pins = IMAGES[image]["pins"]
     assert f"(Python {IMAGES[image]['python']}, torch {pins['torch']})" in text
+    # its imports were compiled once, beside the lane (tests/lanes.py build: the kernelspec)
+    assert any((lanes.lane_dir(image) / ".pycache").rglob("site-packages/torch/__init__.*.pyc"))
 
 
 @pytest.mark.parametrize("image", list(RUN))
