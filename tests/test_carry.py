@@ -279,7 +279,7 @@ def test_carry_to_kaggle_creates_the_private_dataset_then_versions_it(tmp_path, 
         train(run, 2)
         again = carry.to_kaggle(run, "tester/my-run-folder")
         versions = server.datasets["tester/my-run-folder"]
-    assert "(1 epochs, newest complete checkpoint ckpt-e0001-b000000.pt)" in first
+    assert "(1 epoch, newest complete checkpoint ckpt-e0001-b000000.pt)" in first
     assert "new private dataset tester/my-run-folder" in first
     assert "(2 epochs, newest complete checkpoint ckpt-e0002-b000000.pt)" in again
     assert "new version of tester/my-run-folder" in again

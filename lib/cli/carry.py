@@ -60,11 +60,15 @@ class Carried:
 
     def line(self) -> str:
         """`fashion_mnist run (4 epochs, newest complete checkpoint ckpt-e0004-b000000.pt)`."""
+        def n(count: int, noun: str) -> str:
+            return f"{count} {noun}{'' if count == 1 else 's'}"
+
         if not self.grid:
             _, epochs, newest = self.runs[0]
-            return f"{self.workload} run ({epochs} epochs, newest complete checkpoint {newest})"
-        return (f"{self.workload} grid of {len(self.runs)} runs ("
-                + ", ".join(f"{p.name}: {e} epochs" for p, e, _ in self.runs) + ")")
+            return (f"{self.workload} run ({n(epochs, 'epoch')}, newest complete checkpoint "
+                    f"{newest})")
+        return (f"{self.workload} grid of {n(len(self.runs), 'run')} ("
+                + ", ".join(f"{p.name}: {n(e, 'epoch')}" for p, e, _ in self.runs) + ")")
 
 
 def _complete(ckpts: Path) -> tuple[list[Path], list[Path]]:
