@@ -118,20 +118,22 @@ def test_a_killed_launcher_takes_its_kernel_with_it(zygote, tmp_path):
     launcher = subprocess.Popen([sys.executable, str(kernel_zygote.ROOT / "tests" /
                                                      "kernel_launch.py"), "-f", str(conn)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline, lines = time.monotonic() + 60, []
-    while not (lines and lines[-1].startswith(f"{launcher.pid} forked: ")):
-        assert time.monotonic() < deadline, lines
-        time.sleep(0.1)
-        log = zygote / "kernels.log"  # not there before the module's first kernel
-        lines = log.read_text().splitlines() if log.exists() else []
-    kernel = int(lines[-1].split()[-1])
-    stand_in = int(Path(f"/proc/{kernel}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    assert _alive(kernel) and _alive(stand_in)  # its parent, standing in for the launcher's
-    fds = Path(f"/proc/{launcher.pid}/fd")  # bound, never listening: in no /proc/net table
-    sockets = [f for f in fds.iterdir() if os.readlink(f).startswith("socket:")]
-    assert len(sockets) == len(ports) + 1, sockets  # and its connection to the zygote
-    launcher.send_signal(signal.SIGKILL)
-    launcher.wait()
+    try:  # a failed check must not leave the launcher, and so its kernel, running
+        deadline, lines = time.monotonic() + 60, []
+        while not (lines and lines[-1].startswith(f"{launcher.pid} forked: ")):
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.1)
+            log = zygote / "kernels.log"  # not there before the module's first kernel
+            lines = log.read_text().splitlines() if log.exists() else []
+        kernel = int(lines[-1].split()[-1])
+        stand_in = int(Path(f"/proc/{kernel}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        assert _alive(kernel) and _alive(stand_in)  # its parent, standing in for the launcher's
+        fds = Path(f"/proc/{launcher.pid}/fd")  # bound, never listening: in no /proc/net table
+        sockets = [f for f in fds.iterdir() if os.readlink(f).startswith("socket:")]
+        assert len(sockets) == len(ports) + 1, sockets  # and its connection to the zygote
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if not (_alive(kernel) or _alive(stand_in)):
