@@ -34,6 +34,7 @@ def say(line: str) -> None:
 
 
 HELD: list[socket.socket] = []  # the kernel's ports, held while it starts (and for its life)
+PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")  # connection file
 
 
 def hold_ports(argv: list[str]) -> list[int]:
@@ -50,7 +51,7 @@ def hold_ports(argv: list[str]) -> list[int]:
     if info.get("transport", "tcp") != "tcp":
         return []
     taken = []
-    for name in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"):
+    for name in PORTS:
         port = info.get(name)
         if not port:
             continue

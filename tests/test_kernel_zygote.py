@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import nbformat
 import papermill
 import pytest
 
-from tests import kernel_zygote
+from tests import kernel_launch, kernel_zygote
 
 PROBE = ("import json, os, sys, tempfile\n"
          "def cmdline(pid):\n"
@@ -45,6 +46,13 @@ def zygote(tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _free_port() -> int:
+    """A port free now (bound to 0 and let go, as jupyter_client picks a kernel's)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _probe(folder: Path, name: str, **env) -> dict:
@@ -103,16 +111,9 @@ def test_an_import_time_variable_that_differs_starts_a_real_kernel(zygote):
 def test_a_killed_launcher_takes_its_kernel_with_it(zygote, tmp_path):
     """jupyter_client SIGKILLs the kernel it started (the launcher): the forked kernel goes too.
     Until then the launcher holds the kernel's ports (hold_ports, from its start)."""
-    import socket
-
-    ports = []
-    for _ in range(5):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+    ports = [_free_port() for _ in kernel_launch.PORTS]
     conn = tmp_path / "kernel.json"
-    conn.write_text(json.dumps({**dict(zip(("shell_port", "iopub_port", "stdin_port",
-                                            "control_port", "hb_port"), ports, strict=True)),
+    conn.write_text(json.dumps({**dict(zip(kernel_launch.PORTS, ports, strict=True)),
                                 "ip": "127.0.0.1", "key": "", "transport": "tcp",
                                 "signature_scheme": "hmac-sha256"}))
     launcher = subprocess.Popen([sys.executable, str(kernel_zygote.ROOT / "tests" /
@@ -180,19 +181,9 @@ def test_the_launcher_holds_the_kernels_ports_so_no_other_process_takes_one(tmp_
     """jupyter_client picks a kernel's ports and lets them go before the kernel binds them: the
     launcher holds them from its start (a bind elsewhere fails) while the kernel's ZeroMQ
     listeners still bind them; a port taken before it started is reported."""
-    import socket
-
     import zmq
 
-    from tests import kernel_launch
-
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
-    ports = {name: free_port() for name in ("shell_port", "iopub_port", "stdin_port",
-                                            "control_port", "hb_port")}
+    ports = {name: _free_port() for name in kernel_launch.PORTS}
     squatter = socket.socket()  # another process's socket on the shell port, already listening
     squatter.bind(("127.0.0.1", 0))
     squatter.listen()
