@@ -75,11 +75,59 @@ def real(why: str = "") -> None:
     os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *sys.argv[1:]])
 
 
+# The zygote's own modules: its package, its __main__ and multiprocessing's alias of that (a
+# kernel runs ipykernel_launcher as __main__).
+OWN = ("tests", "__main__", "__mp_main__")
+
+
+def path_differs(ours: list[str], zygote: dict) -> str:
+    """Why a kernel whose import path (`ours`: sys.path after its first entry, as PYTHONPATH
+    made it) differs from the zygote's cannot be forked from it; "" when it can: the forked
+    child takes `ours` as its path (tests/kernel_zygote.py `_child`), and that is all a real
+    start would differ in, unless an entry added provides a module the zygote imported (a real
+    kernel would import that one instead; a namespace package's portion is fine: its
+    __path__ is computed again from sys.path) or a sitecustomize (which a real start runs), or
+    an entry removed is where the zygote imported one from (its own, OWN, aside)."""
+    theirs, modules = zygote["path"], zygote["modules"]
+    common = list(dict.fromkeys(p for p in ours if p in theirs))  # an entry twice: as once
+    if common != list(dict.fromkeys(p for p in theirs if p in ours)):
+        return "PYTHONPATH orders the zygote's entries otherwise"
+    for entry in (p for p in ours if p not in theirs):
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue  # a path entry that does not exist provides nothing
+        for child in names:
+            full = os.path.join(entry, child)
+            package = os.path.isdir(full)
+            name = child if package else child.split(".", 1)[0]
+            if not package and not child.endswith((".py", ".pyc", ".so", ".pyd")):
+                continue
+            if name in ("sitecustomize", "usercustomize"):
+                return f"PYTHONPATH entry {entry} has {child}, which a real start runs"
+            if name not in modules:
+                continue
+            namespace = package and not os.path.exists(os.path.join(full, "__init__.py"))
+            if not (namespace and modules[name] is None):
+                return f"PYTHONPATH entry {entry} provides {name}, which the zygote imported"
+    def came_from(origin: str) -> str:  # the longest path entry holding it (site-packages
+        inside = [e for e in theirs  # may lie inside another entry: a venv in the project)
+                  if os.path.abspath(origin).startswith(os.path.join(os.path.abspath(e or "."),
+                                                                     ""))]
+        return max(inside, key=len, default="")
+
+    for name, origin in modules.items():
+        if origin and name not in OWN and (entry := came_from(origin)) and entry not in ours:
+            return f"the zygote imported {name} from {entry}, which PYTHONPATH drops"
+    return ""
+
+
 def main() -> None:
+    path = sys.path[1:]  # after the script's folder: what a real kernel's path has after its cwd
     hold_ports(sys.argv[1:])
-    path = os.environ.get("TA_KERNEL_ZYGOTE_SOCKET")
-    if not path or os.environ.get("TA_REAL_KERNEL"):
-        real("TA_REAL_KERNEL" if path else "no zygote")
+    sock = os.environ.get("TA_KERNEL_ZYGOTE_SOCKET")
+    if not sock or os.environ.get("TA_REAL_KERNEL"):
+        real("TA_REAL_KERNEL" if sock else "no zygote")
     # A kernel reads its parent's command line (lib/base/errors.py: started by papermill's?
     # the bootstrap: which notebook?): the forked kernel's parent stands in for ours with it.
     try:
@@ -93,9 +141,9 @@ def main() -> None:
     if len(parent) >= ROOM:
         real(f"its parent's command line is {len(parent)} bytes, over the zygote's {ROOM}")
     waited = 0.0
-    while not os.path.exists(path):  # still importing: a fork is seconds sooner than a start
+    while not os.path.exists(sock):  # still importing: a fork is seconds sooner than a start
         try:
-            with open(os.path.join(os.path.dirname(path), "zygote.pid")) as f:
+            with open(os.path.join(os.path.dirname(sock), "zygote.pid")) as f:
                 os.kill(int(f.read()), 0)
         except (OSError, ValueError):
             real("the zygote refused (its imports printed something) or ended")
@@ -104,19 +152,27 @@ def main() -> None:
         time.sleep(0.05)
         waited += 0.05
     try:
-        with open(os.path.join(os.path.dirname(path), "zygote.env")) as f:
+        with open(os.path.join(os.path.dirname(sock), "zygote.env")) as f:
             theirs = json.load(f)
+        with open(os.path.join(os.path.dirname(sock), "zygote.path")) as f:
+            zygote_path = json.load(f)
     except (OSError, ValueError):
-        real("no zygote.env")
+        real("no zygote.env or zygote.path")
     ours = import_time_env(os.environ)
-    if ours != theirs:
-        real("import-time variables differ: " + ", ".join(
-            sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))))
+    # PYTHONPATH only sets the import path, which the forked kernel takes as a real one's
+    # (unless path_differs says why not): the Colab stand-in's fakes, the site's build.
+    differ = sorted(k for k in set(ours) | set(theirs)
+                    if ours.get(k) != theirs.get(k) and k != "PYTHONPATH")
+    if differ:
+        real("import-time variables differ: " + ", ".join(differ))
+    why = path_differs(path, zygote_path)
+    if why:
+        real(why)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.connect(path)
+        conn.connect(sock)
         request = {"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd(),
-                   "parent": parent.decode("utf-8", "surrogateescape")}
+                   "path": path, "parent": parent.decode("utf-8", "surrogateescape")}
         socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
     except OSError as err:
         conn.close()

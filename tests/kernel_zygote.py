@@ -127,6 +127,23 @@ def _stand_in_for_parent(cmdline: bytes, told: int) -> None:
     os._exit(code)
 
 
+# What ipykernel sets MPLBACKEND to when it is not set, before a notebook's code runs
+# (ipykernel/kernelapp.py, init_gui_pylab): figures then show inline.
+INLINE = "module://matplotlib_inline.backend_inline"
+
+
+def _backend_as_at_import() -> None:
+    """matplotlib reads MPLBACKEND when imported (the zygote's Agg, here); a fresh kernel's
+    imports it after ipykernel set it, so its figures show inline. Give the kernel the backend
+    its own MPLBACKEND names (ipykernel's when unset). The zygote drew no figure, so pyplot
+    chooses it at the kernel's first, as in a fresh one (the inline backend then hooks into
+    the running kernel's shell)."""
+    matplotlib = sys.modules.get("matplotlib")
+    if matplotlib is None:
+        return
+    matplotlib.rcParams["backend"] = os.environ.get("MPLBACKEND") or INLINE
+
+
 def _child(request: dict, fds: list[int], listener: socket.socket, conns, told: int) -> None:
     """In the forked child: stand in for the launcher's parent, and in its child become
     `python -m ipykernel_launcher ...`; never return."""
@@ -150,7 +167,11 @@ def _child(request: dict, fds: list[int], listener: socket.socket, conns, told: 
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        sys.path[0] = request["cwd"]  # `python -m` puts the working folder first
+        # `python -m` puts the working folder first, then PYTHONPATH's entries and the rest
+        # (the launcher's own path: kernel_launch.path_differs allowed it)
+        sys.path[:] = [request["cwd"], *request["path"]]
+        importlib.invalidate_caches()
+        _backend_as_at_import()
         tempfile.tempdir = None
         sys.argv = argv
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
@@ -171,6 +192,22 @@ def _child(request: dict, fds: list[int], listener: socket.socket, conns, told: 
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def imported() -> dict[str, str | None]:
+    """Each top-level module imported here -> the file it came from; None for a namespace
+    package (a portion in a new path entry joins it, as in a real start). Built-in and
+    frozen modules are left out: no path entry provides them."""
+    out: dict[str, str | None] = {}
+    for name, module in list(sys.modules.items()):
+        if "." in name or module is None:
+            continue
+        origin = getattr(module, "__file__", None)
+        if origin:
+            out[name] = origin
+        elif getattr(module, "__path__", None) is not None:
+            out[name] = None
+    return out
 
 
 def serve(path: str) -> None:
@@ -199,6 +236,8 @@ def serve(path: str) -> None:
         print(json.dumps({"refused": said.getvalue()[:500] + "; ".join(
             str(w.message) for w in caught)[:500]}), flush=True)
         return
+    Path(path).with_name("zygote.path").write_text(json.dumps(
+        {"path": sys.path[1:], "modules": imported()}))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".new")
     listener.listen(64)

@@ -55,8 +55,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _probe(folder: Path, name: str, **env) -> dict:
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBE)])
+def _probe(folder: Path, name: str, code: str = PROBE, **env) -> dict:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
     nbformat.write(nb, folder / f"{name}.ipynb")
     work = folder / f"{name}-cwd"
     work.mkdir()
@@ -80,7 +80,9 @@ def _alive(pid: int) -> bool:
 
 
 def _said(folder: Path) -> list[str]:
-    return [line.split(" ", 1)[1] for line in (folder / "kernels.log").read_text().splitlines()]
+    log = folder / "kernels.log"
+    return [line.split(" ", 1)[1] for line in (log.read_text() if log.exists() else
+                                               "").splitlines()]
 
 
 def test_a_forked_kernel_sees_what_a_real_one_sees(zygote):
@@ -106,6 +108,77 @@ def test_an_import_time_variable_that_differs_starts_a_real_kernel(zygote):
     probe = _probe(zygote, "threads", OMP_NUM_THREADS="7")
     assert probe["torch"] is False
     assert _said(zygote)[before:] == ["real: import-time variables differ: OMP_NUM_THREADS"]
+
+
+# What a kernel whose PYTHONPATH is another folder imports from it: a module of its own, and a
+# portion of a namespace package the zygote imported (`google`, as protobuf's; the Colab
+# stand-in's google.colab is one).
+PATH_PROBE = ("import json, sys, torch\n"
+              "import mine_extra, google.ta_probe\n"
+              "print(json.dumps({'path': sys.path, 'extra': mine_extra.VALUE,\n"
+              "    'portion': google.ta_probe.VALUE}))")
+
+
+def test_a_kernel_with_another_pythonpath_is_forked_with_the_path_a_real_one_has(zygote,
+                                                                                tmp_path):
+    """Another PYTHONPATH (here one that drops the project's folder and adds one) is forked:
+    the kernel's import path is a real kernel's, entry for entry, and it imports the new
+    folder's module and its portion of a namespace package the zygote had imported."""
+    extra = tmp_path / "extra"
+    (extra / "google").mkdir(parents=True)
+    (extra / "mine_extra.py").write_text("VALUE = 'extra'\n")
+    (extra / "google" / "ta_probe.py").write_text("VALUE = 'portion'\n")
+    assert "google" in json.loads((zygote / "zygote.path").read_text())["modules"]
+    before = len(_said(zygote))
+    forked = _probe(zygote, "path-forked", PATH_PROBE, PYTHONPATH=str(extra))
+    real = _probe(zygote, "path-real", PATH_PROBE, PYTHONPATH=str(extra), TA_REAL_KERNEL="1")
+    said = _said(zygote)[before:]
+    assert said[0].startswith("forked: ") and said[1] == "real: TA_REAL_KERNEL", said
+    assert forked == real, (forked, real)
+    assert str(extra) in forked["path"] and kernel_zygote.ROOT.as_posix() not in forked["path"]
+    assert (forked["extra"], forked["portion"]) == ("extra", "portion")
+
+
+@pytest.mark.parametrize("planted,why", [
+    ("einops.py", "provides einops, which the zygote imported"),
+    ("sitecustomize.py", "has sitecustomize.py, which a real start runs")])
+def test_a_pythonpath_that_would_import_otherwise_starts_a_real_kernel(zygote, tmp_path,
+                                                                      planted, why):
+    """A folder that provides a module the zygote imported (a real kernel would import that
+    one), or a sitecustomize (a real start runs it): a real kernel, and the reason said."""
+    extra = tmp_path / "shadow"
+    extra.mkdir()
+    (extra / planted).write_text("VALUE = 'shadow'\n")
+    before = len(_said(zygote))
+    probe = _probe(zygote, f"shadow-{planted}", PYTHONPATH=str(extra))
+    assert probe["torch"] is False
+    assert _said(zygote)[before:] == [f"real: PYTHONPATH entry {extra} {why}"]
+
+
+def _figures(folder: Path, name: str, **env) -> tuple[list[str], str]:
+    """A notebook that draws a figure: its outputs' MIME types and the backend it drew with."""
+    code = ("import matplotlib, matplotlib.pyplot as plt\n"
+            "plt.plot([1, 2, 3])\n"
+            "print(matplotlib.get_backend())")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    nbformat.write(nb, folder / f"{name}.ipynb")
+    with mock.patch.dict(os.environ, env):
+        papermill.execute_notebook(str(folder / f"{name}.ipynb"), str(folder / f"{name}-out.ipynb"),
+                                   kernel_name="python3", progress_bar=False, cwd=str(folder))
+    out = nbformat.read(folder / f"{name}-out.ipynb", as_version=4).cells[0].outputs
+    kinds = sorted(k for o in out for k in o.get("data", {}))
+    return kinds, next(o["text"] for o in out if o.get("name") == "stdout").strip()
+
+
+def test_a_forked_kernel_shows_figures_inline_as_a_real_one_does(zygote):
+    """The zygote imported matplotlib under MPLBACKEND=Agg; a fresh kernel imports it after
+    ipykernel chose the inline backend, and a figure drawn in a cell is among its outputs."""
+    before = len(_said(zygote))
+    forked = _figures(zygote, "figure-forked")
+    real = _figures(zygote, "figure-real", TA_REAL_KERNEL="1")
+    assert _said(zygote)[before].startswith("forked: ")
+    assert forked == real and "image/png" in real[0], (forked, real)
+    assert "inline" in real[1]
 
 
 def test_a_killed_launcher_takes_its_kernel_with_it(zygote, tmp_path):

@@ -179,15 +179,18 @@ def test_gpus_become_the_gres_line_the_scheduler_allocates(cluster, tmp_path):
 def test_cell_requeued_by_the_scheduler_goes_on_from_its_checkpoint(cluster, tmp_path):
     """What PreemptMode=REQUEUE does to a running task (`scontrol requeue`, slurm.conf(5)):
     killed and queued again. The task starts over, its notebook resumes from the newest
-    checkpoint, and each epoch is recorded once."""
+    checkpoint, and each epoch is recorded once. Each step is held 0.3 s (TA_SLOWPOINTS), so
+    the 12 epochs left after the third take over 20 s on any machine, however fast: the
+    requeue lands mid-run without 30 epochs of training (round seven: 30 unheld epochs)."""
     import time
 
-    out, epochs = tmp_path / "pre", 30
+    out, epochs = tmp_path / "pre", 15
     cmd = [sys.executable, "-m", "lib", "sweep", "fashion_mnist", "-p", "SMOKE", "True",
            "-p", "SAMPLE_DATA", "True", "-p", "DATA_DIR", str(tmp_path / "data"), "-p", "EPOCHS",
            str(epochs), "--grid", "SEED=0", "--out", str(out), "--on", "slurm", "--time", "30"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1",
+                                           "TA_SLOWPOINTS": "train.step=0.3"})
     metrics = out / "cells" / "seed=0" / "run" / "metrics.jsonl"
     try:
         end = time.monotonic() + 300
