@@ -21,7 +21,9 @@ over its own, as a real kernel's reads. The kernel's parent's command line is th
 Where a fork would not be what a fresh kernel is, the launcher starts a real one instead
 (`python -m ipykernel_launcher`, as the kernelspec it replaces):
 - the environment differs from the zygote's in a variable read at import time (IMPORT_TIME:
-  PYTHONPATH, thread counts, torch's, CUDA's, XLA's, matplotlib's, the home and temp folders);
+  thread counts, torch's, CUDA's, XLA's, matplotlib's, the home and temp folders). PYTHONPATH
+  only sets the import path: the forked kernel takes the one a real kernel has, unless the new
+  path would import something otherwise (tests/kernel_launch.py `path_differs`);
 - TA_REAL_KERNEL is set (a test about the kernel's process: its peak memory, its children);
 - its parent's command line cannot be read, or is longer than ROOM;
 - no zygote is listening (not started, or still importing).
