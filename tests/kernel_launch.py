@@ -122,6 +122,27 @@ def path_differs(ours: list[str], zygote: dict) -> str:
     return ""
 
 
+# What matplotlib reads from a home folder when it is imported (the only library a kernel
+# imports that reads one then: an audit hook on the zygote's imports saw no other): a user's
+# matplotlibrc and styles, and fonts. Its caches are written there too, and so is a forked
+# kernel's (tests/kernel_zygote.py `_matplotlib_home`).
+HOME_INPUTS = (".config/matplotlib/matplotlibrc", ".config/matplotlib/stylelib",
+               ".matplotlib", ".fonts", ".local/share/fonts")
+
+
+def home_differs(ours: str | None, theirs: str | None) -> str:
+    """Why a kernel whose HOME is `ours` cannot be forked from a zygote whose HOME is
+    `theirs`; "" when neither holds anything matplotlib reads at import (HOME_INPUTS): both
+    then import it as a fresh home would, and only its caches' place differs."""
+    for home in (ours, theirs):
+        if not home:
+            return "HOME is not set"
+        held = [name for name in HOME_INPUTS if os.path.exists(os.path.join(home, name))]
+        if held:
+            return f"HOME {home} has {held[0]}, which matplotlib reads when imported"
+    return ""
+
+
 def main() -> None:
     path = sys.path[1:]  # after the script's folder: what a real kernel's path has after its cwd
     hold_ports(sys.argv[1:])
@@ -160,12 +181,16 @@ def main() -> None:
         real("no zygote.env or zygote.path")
     ours = import_time_env(os.environ)
     # PYTHONPATH only sets the import path, which the forked kernel takes as a real one's
-    # (unless path_differs says why not): the Colab stand-in's fakes, the site's build.
+    # (unless path_differs says why not): the Colab stand-in's fakes, the site's build. And
+    # HOME only places matplotlib's user files (unless home_differs says why not).
     differ = sorted(k for k in set(ours) | set(theirs)
-                    if ours.get(k) != theirs.get(k) and k != "PYTHONPATH")
+                    if ours.get(k) != theirs.get(k) and k not in ("PYTHONPATH", "HOME"))
     if differ:
         real("import-time variables differ: " + ", ".join(differ))
-    why = path_differs(path, zygote_path)
+    # HOME only places matplotlib's user files (home_differs): the stand-ins' homes.
+    why = (ours.get("HOME") != theirs.get("HOME") and home_differs(ours.get("HOME"),
+                                                                   theirs.get("HOME")))
+    why = why or path_differs(path, zygote_path)
     if why:
         real(why)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -21,9 +21,10 @@ over its own, as a real kernel's reads. The kernel's parent's command line is th
 Where a fork would not be what a fresh kernel is, the launcher starts a real one instead
 (`python -m ipykernel_launcher`, as the kernelspec it replaces):
 - the environment differs from the zygote's in a variable read at import time (IMPORT_TIME:
-  thread counts, torch's, CUDA's, XLA's, matplotlib's, the home and temp folders). PYTHONPATH
-  only sets the import path: the forked kernel takes the one a real kernel has, unless the new
-  path would import something otherwise (tests/kernel_launch.py `path_differs`);
+  thread counts, torch's, CUDA's, XLA's, matplotlib's, the temp folders). PYTHONPATH only sets
+  the import path: the forked kernel takes the one a real kernel has, unless the new path would
+  import something otherwise (tests/kernel_launch.py `path_differs`); HOME only places
+  matplotlib's user files: forked unless a home holds any it reads (`home_differs`);
 - TA_REAL_KERNEL is set (a test about the kernel's process: its peak memory, its children);
 - its parent's command line cannot be read, or is longer than ROOM;
 - no zygote is listening (not started, or still importing).
@@ -146,6 +147,29 @@ def _backend_as_at_import() -> None:
     matplotlib.rcParams["backend"] = os.environ.get("MPLBACKEND") or INLINE
 
 
+def _matplotlib_home() -> None:
+    """matplotlib found its config and cache folders from the zygote's HOME when imported; a
+    fresh kernel finds them from its own (the stand-ins' homes), makes them and writes its
+    font list there (the same list: kernel_launch.home_differs forks only homes without
+    fonts or settings of their own). Do the same, and let later calls find them anew."""
+    matplotlib = sys.modules.get("matplotlib")
+    if matplotlib is None:
+        return
+    for name, fmt in (("get_configdir", "CONFIGDIR=%s"), ("get_cachedir", "CACHEDIR=%s")):
+        fresh = getattr(matplotlib, name).__wrapped__  # memoized once: memoize it anew
+        setattr(matplotlib, name, matplotlib._logged_cached(fmt, fresh))
+    matplotlib.get_configdir()
+    font_manager = sys.modules.get("matplotlib.font_manager")
+    if font_manager is not None:
+        cache = Path(matplotlib.get_cachedir(),
+                     f"fontlist-v{font_manager.FontManager.__version__}.json")
+        if not cache.exists():
+            font_manager.json_dump(font_manager.fontManager, cache)
+    style = sys.modules.get("matplotlib.style")  # its list (style.core's is the same one)
+    if style is not None:
+        style.USER_LIBRARY_PATHS[:] = [os.path.join(matplotlib.get_configdir(), "stylelib")]
+
+
 def _child(request: dict, fds: list[int], listener: socket.socket, conns, told: int) -> None:
     """In the forked child: stand in for the launcher's parent, and in its child become
     `python -m ipykernel_launcher ...`; never return."""
@@ -174,6 +198,7 @@ def _child(request: dict, fds: list[int], listener: socket.socket, conns, told: 
         sys.path[:] = [request["cwd"], *request["path"]]
         importlib.invalidate_caches()
         _backend_as_at_import()
+        _matplotlib_home()
         tempfile.tempdir = None
         sys.argv = argv
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))

@@ -181,6 +181,48 @@ def test_a_forked_kernel_shows_figures_inline_as_a_real_one_does(zygote):
     assert "inline" in real[1]
 
 
+HOME_PROBE = ("import json, os, matplotlib, matplotlib.style\n"
+              "import matplotlib.pyplot as plt\n"
+              "plt.plot([1, 2])\n"
+              "home = os.environ['HOME']\n"
+              "print(json.dumps({'config': matplotlib.get_configdir(),\n"
+              "    'cache': matplotlib.get_cachedir(),\n"
+              "    'styles': matplotlib.style.USER_LIBRARY_PATHS,\n"
+              "    'files': sorted(os.path.relpath(os.path.join(d, f), home)\n"
+              "                    for d, _, fs in os.walk(home) for f in fs)}))")
+
+
+def test_a_kernel_in_another_home_is_forked_and_leaves_what_a_real_one_leaves(zygote, tmp_path):
+    """The stand-ins' homes (Studio Lab's, SageMaker's, ...): a forked kernel finds
+    matplotlib's folders in its own home and writes there what a fresh kernel writes (its
+    font list), file for file."""
+    homes = {name: tmp_path / name for name in ("forked", "real")}
+    for home in homes.values():
+        home.mkdir()
+    before = len(_said(zygote))
+    forked = _probe(zygote, "home-forked", HOME_PROBE, HOME=str(homes["forked"]))
+    real = _probe(zygote, "home-real", HOME_PROBE, HOME=str(homes["real"]), TA_REAL_KERNEL="1")
+    assert _said(zygote)[before].startswith("forked: ")
+    for probe, home in ((forked, homes["forked"]), (real, homes["real"])):
+        assert probe["config"] == str(home / ".config" / "matplotlib"), probe
+        assert probe["cache"] == str(home / ".cache" / "matplotlib"), probe
+        assert probe["styles"] == [str(home / ".config" / "matplotlib" / "stylelib")], probe
+    assert forked["files"] == real["files"] and any("fontlist" in f for f in real["files"])
+
+
+def test_a_home_with_matplotlib_settings_starts_a_real_kernel(zygote, tmp_path):
+    """A home whose matplotlibrc a fresh kernel would read: a real kernel, and why."""
+    home = tmp_path / "styled"
+    (home / ".config" / "matplotlib").mkdir(parents=True)
+    (home / ".config" / "matplotlib" / "matplotlibrc").write_text("lines.linewidth: 4\n")
+    before = len(_said(zygote))
+    probe = _probe(zygote, "home-styled", HOME=str(home))
+    assert probe["torch"] is False
+    assert _said(zygote)[before:] == [
+        f"real: HOME {home} has .config/matplotlib/matplotlibrc, which matplotlib reads when "
+        "imported"]
+
+
 def test_a_killed_launcher_takes_its_kernel_with_it(zygote, tmp_path):
     """jupyter_client SIGKILLs the kernel it started (the launcher): the forked kernel goes too.
     Until then the launcher holds the kernel's ports (hold_ports, from its start)."""
