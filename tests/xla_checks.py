@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -54,8 +55,20 @@ faulthandler.dump_traceback_later({seconds}, exit=True)  # a hang prints every t
 """
 
 
-def run_on_xla(code: str, watchdog_s: int, *, tries: int = 1) -> subprocess.CompletedProcess:
-    """`code` in a fresh process on torch_xla's CPU client (only XLA_ON_CPU and PATH set).
+# Where Python keeps bytecode (the XLA lane's, inside its venv: the Makefile's XLA_PYC): passed
+# on, or each child compiles torch's and torch_xla's sources again (11 s of CPU a child).
+BYTECODE = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+# XLA's own LLVM optimization, for a child that mostly runs what it compiled: at XLA_ON_CPU's
+# level 0 the float64 front-end at T = 50 took 20 s to run and 0.8 s to compile, at the default
+# 2.8 s and 3.3 s (the notebooks, whose large graphs mostly compile, take level 0: MSHNet's
+# 103 s there, 214 s at the default).
+OPTIMIZED = {**XLA_ON_CPU, "XLA_FLAGS": ""}
+
+
+def run_on_xla(code: str, watchdog_s: int, *, tries: int = 1,
+               optimized: bool = False) -> subprocess.CompletedProcess:
+    """`code` in a fresh process on torch_xla's CPU client (only XLA_ON_CPU, or OPTIMIZED,
+    PATH and where bytecode lives set).
 
     A process still running after `watchdog_s` prints every thread's Python stack (faulthandler)
     and exits, so a hang fails with where it stood rather than a bare timeout; one still running
@@ -71,8 +84,10 @@ def run_on_xla(code: str, watchdog_s: int, *, tries: int = 1) -> subprocess.Comp
         with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
             args = [sys.executable, "-c", WATCHDOG.format(seconds=watchdog_s) + code]
             try:
+                env = {**(OPTIMIZED if optimized else XLA_ON_CPU), "PATH": "/usr/bin:/bin",
+                       **{k: os.environ[k] for k in BYTECODE if k in os.environ}}
                 rc = subprocess.run(args, stdout=stdout, stderr=stderr, timeout=watchdog_s + 120,
-                                    env={**XLA_ON_CPU, "PATH": "/usr/bin:/bin"}).returncode
+                                    env=env).returncode
             except subprocess.TimeoutExpired:
                 rc = None
             stdout.seek(0)
