@@ -110,10 +110,13 @@ def path_differs(ours: list[str], zygote: dict) -> str:
             namespace = package and not os.path.exists(os.path.join(full, "__init__.py"))
             if not (namespace and modules[name] is None):
                 return f"PYTHONPATH entry {entry} provides {name}, which the zygote imported"
-    def came_from(origin: str) -> str:  # the longest path entry holding it (site-packages
-        inside = [e for e in theirs  # may lie inside another entry: a venv in the project)
-                  if os.path.abspath(origin).startswith(os.path.join(os.path.abspath(e or "."),
-                                                                     ""))]
+
+    def came_from(origin: str) -> str:
+        """The longest of the zygote's entries holding `origin` (site-packages may lie inside
+        another entry: a venv inside the project)."""
+        origin = os.path.abspath(origin)
+        inside = [e for e in theirs if origin.startswith(os.path.join(os.path.abspath(e or "."),
+                                                                      ""))]
         return max(inside, key=len, default="")
 
     for name, origin in modules.items():
@@ -187,9 +190,9 @@ def main() -> None:
                     if ours.get(k) != theirs.get(k) and k not in ("PYTHONPATH", "HOME"))
     if differ:
         real("import-time variables differ: " + ", ".join(differ))
-    # HOME only places matplotlib's user files (home_differs): the stand-ins' homes.
-    why = (ours.get("HOME") != theirs.get("HOME") and home_differs(ours.get("HOME"),
-                                                                   theirs.get("HOME")))
+    why = ""
+    if ours.get("HOME") != theirs.get("HOME"):  # the stand-ins' homes
+        why = home_differs(ours.get("HOME"), theirs.get("HOME"))
     why = why or path_differs(path, zygote_path)
     if why:
         real(why)
