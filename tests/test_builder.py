@@ -241,6 +241,36 @@ def test_platforms_as_tested_is_the_image_manifest(project):
     assert "torch_xla 2.8.1; TPU v5e-8" in render.images_table(manifest)
 
 
+def test_the_table_names_the_notebooks_a_lane_runs_where_it_runs_some(tmp_path):
+    """A lane that runs some of a platform's notebooks (images.toml `workloads`, or
+    `platform_workloads` for one platform) says which: the table is what the lanes test."""
+    manifest = tmp_path / "images.toml"
+    manifest.write_text('''
+[images.a]
+title = "A"
+platforms = ["p1", "p2"]
+python = "3.12"
+accelerators = "none"
+source = "s"
+read = "2026-11"
+platform_workloads = { p1 = ["w1"] }
+[images.a.pins]
+torch = "2.8.0"
+[images.b]
+title = "B"
+platforms = ["p3"]
+python = "3.12"
+accelerators = "none"
+source = "s"
+read = "2026-11"
+workloads = ["w1", "w2"]
+[images.b.pins]
+torch = "2.8.0"
+''')
+    rows = render.images_table(manifest).splitlines()[2:]
+    assert "| `p1` (w1), `p2` |" in rows[0] and "| `p3` (w1, w2) |" in rows[1]
+
+
 def test_the_retired_p100_is_said_beside_its_badge_and_in_its_notebook():
     head = badges.badge_table(["fashion_mnist"], CFG).splitlines()[0]
     assert "| Kaggle P100 (retired on Kaggle: runs on a T4) |" in head

@@ -1,4 +1,5 @@
-"""Every notebook of every platform on a stand-in of its hosted image, as a user starts it.
+"""Each platform's notebooks that its image's lane runs (images.toml: all, or those `workloads`
+names), on a stand-in of the image, as a user starts them.
 
 One lane per image of images.toml (`make test-lanes` builds them with uv, then runs this file
 with `-m lane`): the notebook's kernel runs in the lane's environment (the image's Python and

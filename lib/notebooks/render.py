@@ -281,6 +281,13 @@ def json_object(path: Path) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
+def _only(image: dict, platform: str) -> str:
+    """" (fashion_mnist, ...)" when an image's lane runs some of a platform's notebooks (its
+    `workloads`, or `platform_workloads` for that platform: tests/lanes.py `notebooks`)."""
+    only = image.get("platform_workloads", {}).get(platform, image.get("workloads"))
+    return f" ({', '.join(only)})" if only else ""
+
+
 def images_table(manifest: Path) -> str:
     """README's "Platforms as tested": images.toml as a table, one row per hosted image."""
     images = tomllib.loads(manifest.read_text())["images"]
@@ -293,7 +300,7 @@ def images_table(manifest: Path) -> str:
         stack = "; ".join(filter(None, [", ".join(xla), image["accelerators"]]))
         others = [f"{k} {v}" for k, v in pins.items()]
         others += [f"{k} (newest)" for k in image.get("unpinned", [])]
-        tested = ", ".join(f"`{p}`" for p in image["platforms"])
+        tested = ", ".join(f"`{p}`" + _only(image, p) for p in image["platforms"])
         rows.append(f"| {image['title']} | {image['python']} | {torch} | {stack} | "
                     f"{', '.join(others) or '-'} | {tested} | {image['source']}, {image['read']} |")
     return "\n".join(rows)
