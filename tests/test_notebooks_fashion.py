@@ -2,6 +2,7 @@
 
 import json
 import math
+import time
 
 import nbformat
 import pytest
@@ -119,6 +120,22 @@ def test_colab_bootstrap_mounts_drive_writes_there_and_flushes(tmp_path):
     text = stream_text(nb)
     assert "every requirement is already installed" in text
     assert "Colab T4 notebook on the colab runtime" in text
+    # The run's TensorBoard, framed as on Colab (tensorboard/notebook.py `_display_colab`),
+    # started from the `tensorboard` on the stand-in's PATH (tests/fakes/fake_tensorboard.py),
+    # where the stand-in said "Could not find `tensorboard`"; it ends with the kernel.
+    scripts = [o["data"]["application/javascript"] for c in nb.cells if c.cell_type == "code"
+               for o in c.get("outputs", []) if "application/javascript" in o.get("data", {})]
+    assert any("google.colab.kernel.proxyPort(6006" in js for js in scripts), scripts
+    assert "ERROR" not in text and "Could not find" not in text, text
+    from tensorboard import manager
+
+    def boards():
+        return [i for i in manager.get_all() if i.logdir.startswith(str(tmp_path))]
+
+    deadline = time.monotonic() + 10
+    while boards() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert boards() == []
 
 
 def test_a_tpu_sized_batch_continues_on_a_small_device_with_nothing_set_by_hand(
