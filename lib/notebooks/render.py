@@ -282,8 +282,9 @@ def json_object(path: Path) -> dict | None:
 
 
 def _only(image: dict, platform: str) -> str:
-    """" (fashion_mnist, ...)" when an image's lane runs some of a platform's notebooks (its
-    `workloads`, or `platform_workloads` for that platform: tests/lanes.py `notebooks`)."""
+    """The workloads in brackets after a platform whose image's lane runs only some of its
+    notebooks (`workloads`, or `platform_workloads` for that platform: tests/lanes.py
+    `notebooks`); "" when it runs them all."""
     only = image.get("platform_workloads", {}).get(platform, image.get("workloads"))
     return f" ({', '.join(only)})" if only else ""
 
