@@ -219,9 +219,10 @@ def notebooks(image: dict) -> list[tuple[str, str]]:
 def longest_first(names: list[str], known: dict[str, dict]) -> list[str]:
     """The lanes in the order that ends soonest on `jobs` workers: longest first, by the
     notebooks a lane runs (`notebooks`), three times as long on an XLA image
-    (every graph compiled on the CPU). At the last measured run: kaggle_tpu (4 notebooks, XLA)
-    474 s, kaggle_gpu (8) 198 s, colab_gpu (4) 102 s, colab_tpu (1, XLA) 85 s, sagemaker (2)
-    53 s: the order this gives."""
+    (every graph compiled on the CPU). At the last measured run (a clean clone's `.ci/run`, each
+    lane with its build, beside the XLA lane): kaggle_gpu (5 notebooks) 347 s, colab_gpu (4)
+    313 s, colab_tpu (1, XLA) 296 s, kaggle_tpu (2, XLA) 280 s, sagemaker (2) 150 s; in this
+    order the two workers ended after 743 s and 643 s, where the best split ends after 726 s."""
     def cost(name: str) -> int:
         image = known[name]
         return len(notebooks(image)) * (3 if "torch_xla" in image["pins"] else 1)
