@@ -210,10 +210,12 @@ def installed(name: str) -> dict[str, str]:
 
 
 def notebooks(image: dict) -> list[tuple[str, str]]:
-    """(platform, workload) of each notebook a lane runs: its platforms x its `workloads` (every
-    workload when it names none), but on a platform that `platform_workloads` names, those."""
-    default, only = image.get("workloads", WORKLOADS), image.get("platform_workloads", {})
-    return [(p, w) for p in image["platforms"] for w in only.get(p, default)]
+    """(platform, workload) of each notebook a lane runs: its platforms x the workloads
+    lib/notebooks/render.py `lane_workloads` names (every workload when it names none), the
+    README's table is written from the same."""
+    from lib.notebooks.render import lane_workloads  # jupytext and the rest: not at import
+
+    return [(p, w) for p in image["platforms"] for w in lane_workloads(image, p) or WORKLOADS]
 
 
 def longest_first(names: list[str], known: dict[str, dict]) -> list[str]:

@@ -281,11 +281,17 @@ def json_object(path: Path) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
+def lane_workloads(image: dict, platform: str) -> list[str] | None:
+    """The workloads whose `platform` notebooks an image's CI lane runs (images.toml: its
+    `platform_workloads` for that platform, else its `workloads`); None: every workload. The
+    lanes run these (tests/lanes.py `notebooks`) and the README's table names them."""
+    return image.get("platform_workloads", {}).get(platform, image.get("workloads"))
+
+
 def _only(image: dict, platform: str) -> str:
-    """The workloads in brackets after a platform whose image's lane runs only some of its
-    notebooks (`workloads`, or `platform_workloads` for that platform: tests/lanes.py
-    `notebooks`); "" when it runs them all."""
-    only = image.get("platform_workloads", {}).get(platform, image.get("workloads"))
+    """The workloads in brackets after a platform whose lane runs only some of its notebooks;
+    "" when it runs them all."""
+    only = lane_workloads(image, platform)
     return f" ({', '.join(only)})" if only else ""
 
 
