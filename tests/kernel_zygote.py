@@ -75,6 +75,14 @@ ROOM = 16384
 ENABLE = "TA_KERNEL_ZYGOTE"
 SOCKET = "TA_KERNEL_ZYGOTE_SOCKET"  # set for the tests (and what they start) once it serves
 ROOT = Path(__file__).resolve().parent.parent
+# The zygote's own variables: how the tests start kernels, not settings the product reads.
+INFRA = (ENABLE, SOCKET, "TA_KERNEL_LOG")
+
+
+def without_settings(environ) -> dict:
+    """`environ` without the TA_ settings a test may have made (a user's session has none),
+    keeping the zygote's own (INFRA), so that its kernels are forked as any other test's."""
+    return {k: v for k, v in environ.items() if not k.startswith("TA_") or k in INFRA}
 
 
 # Read when used, not when imported (the child also forgets tempfile's cached folder), and set

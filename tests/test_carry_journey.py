@@ -43,6 +43,7 @@ from lib.base.errors import ExperimentChanged
 from lib.runs.records import read_jsonl
 from tests.fakes.kaggle_server import FakeKaggle
 from tests.fault_harness import notebook_script, strip_timing
+from tests.kernel_zygote import without_settings
 from tests.notebook_run import FAKES, markdown_outputs, stream_text
 from tests.unchanged import assert_unchanged, snapshot
 
@@ -82,8 +83,7 @@ def notebook(platform: str, workload: str, tmp: Path, env: dict) -> str:
     with the journey's parameters; its text."""
     cwd = checkout(tmp) / "notebooks" / platform
     out = tmp / f"{platform}-{workload}.ipynb"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("TA_")}
-    with mock.patch.dict(os.environ, {**clean, **env}, clear=True):
+    with mock.patch.dict(os.environ, {**without_settings(os.environ), **env}, clear=True):
         papermill.execute_notebook(str(cwd / f"{workload}.ipynb"), str(out),
                                    parameters=JOURNEYS[workload], cwd=str(cwd),
                                    progress_bar=False, kernel_name="python3")
