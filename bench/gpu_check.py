@@ -43,10 +43,10 @@ from bench.common import fmt
 
 WORKLOADS = parts.work.WORKLOADS
 DRY_NOTE = ("DRY RUN on the CPU: tiny models and batches, fp16 replaced by fp32 + GradScaler, "
-            "torch.compile with backend='eager', the slow checks on one workload, both halves "
-            "of the cross-device check on the CPU. It shows the kit runs; NO figure here is a "
-            "measurement of anything.")
-# The workloads the quick part does not resume (the dry run takes the first: the smallest).
+            "torch.compile with backend='eager', the slow checks once, on one workload, both "
+            "halves of the cross-device check on the CPU. It shows the kit runs; NO figure here "
+            "is a measurement of anything.")
+# The workloads the quick part does not resume.
 RESUME_REST = ("mamba_spike", "mshnet", "optimizer_study")
 # part -> [(check title, function, per workload?, the workloads it runs on by default)]
 Check = tuple[str, Callable, bool, tuple[str, ...]]
@@ -66,8 +66,10 @@ PARTS: dict[str, list[Check]] = {
 }
 # BENCHMARKS.md's GPU section ends with this note (bench/__main__.py appends it).
 BENCHMARKS_NOTE = (Path(__file__).parent / "gpu_check_note.md").read_text()
-# The dry run's slow checks (a process start each, or Dynamo tracing) run on one workload:
-# their code path is the same for every workload.
+# The dry run's slow checks (a process start each, or Dynamo tracing) run on one workload, once:
+# their code path is the same for every workload (the worker trains through the same
+# `gpu_check_work.train_run` the in-process checks run on every workload), so the resume part,
+# the quick part's two checks on the other workloads, runs none of them again (its rows say so).
 DRY_ONE = (parts.kill_resume, parts.cross_device, parts.compiled)
 ORDER = ("quick", "train", "resume", "compile", "loader", "mamba")
 
@@ -81,13 +83,21 @@ def environment(dry: bool) -> dict:
             "dry_run": dry, "command": "python -m bench.gpu_check " + " ".join(sys.argv[1:])}
 
 
-def run_part(name: str, ctx, workloads: list[str] | None) -> dict:
-    """Every check of part `name`; a check that raises is recorded (ok False), not fatal."""
-    sections = []
+def run_part(name: str, ctx, workloads: list[str] | None, ran: dict | None = None) -> dict:
+    """Every check of part `name`; a check that raises is recorded (ok False), not fatal.
+    `ran`: check -> the part that ran it, filled here; in a dry run a DRY_ONE check that an
+    earlier part ran is not run again."""
+    sections, ran = [], {} if ran is None else ran
     for title, fn, per_workload, default in PARTS[name]:
         chosen = list(workloads or default)
         if ctx.dry and fn in DRY_ONE:
+            if fn in ran:
+                sections.append({"title": title, "seconds": 0.0, "rows": [
+                    {"workload": w, "dry_run": f"not run again: part {ran[fn]} ran this check"}
+                    for w in chosen]})
+                continue
             chosen = chosen[:1]
+        ran.setdefault(fn, name)
         targets = chosen if per_workload else [None]
         rows, start = [], time.perf_counter()
         for w in targets:
@@ -174,10 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         scratch = args.scratch or Path(tmp)
         ctx = parts.make_ctx("cpu" if args.dry_run else "cuda", scratch, args.dry_run)
+        ran: dict = {}
         for name in names:
             start = time.perf_counter()
             before = set(scratch.glob("*"))
-            part = run_part(name, ctx, args.workloads)
+            part = run_part(name, ctx, args.workloads, ran)
             # The part's run folders (a ResNet-18 checkpoint is 90 MB) go once its rows are
             # written; the sample data (scratch/data) stays for the next part.
             for folder in set(scratch.glob("*")) - before:

@@ -1,5 +1,6 @@
 """The GPU check's CPU dry run: every part of `python -m bench.gpu_check` runs at tiny sizes, so
-the kit cannot rot between GPU runs. It claims no figures (the output says so); what is
+the kit cannot rot between GPU runs (each slow check once: the resume part's are the quick
+part's, on other workloads). It claims no figures (the output says so); what is
 asserted is that every check ran and passed its own criterion on the CPU: the precision
 settings' first losses agree, a SIGKILLed run resumes mid-epoch to the same weights as an
 uninterrupted one, a checkpoint resumes in a fresh process, compile and the Mamba-Spike
@@ -42,6 +43,17 @@ def test_every_part_runs_and_passes_on_the_cpu(dry_run):
         for section in part["sections"]:
             assert section["rows"], section["title"]
             assert not any("error" in r for r in section["rows"]), section
+
+
+def test_the_resume_part_says_the_quick_part_ran_its_checks(dry_run):
+    """The dry run runs each slow check once (gpu_check.DRY_ONE): the resume part's two checks
+    are the quick part's, on the other workloads, and say so rather than run again."""
+    _, results, _, _ = dry_run
+    for title in ("kill mid-epoch and resume", "checkpoints across devices"):
+        assert [r["workload"] for r in _rows(results, "quick", title)] == ["fashion_mnist"]
+        rows = _rows(results, "resume", title)
+        assert [r["workload"] for r in rows] == list(gpu_check.RESUME_REST)
+        assert all(r["dry_run"] == "not run again: part quick ran this check" for r in rows)
 
 
 def test_the_output_says_it_is_a_dry_run_and_claims_no_figures(dry_run):
