@@ -185,6 +185,23 @@ def _zygote(hash_seed: int) -> Zygote:
     return _ZYGOTES[hash_seed]
 
 
+def run_script(script: Path, env: dict, cwd: Path, timeout: float = 600) -> tuple[int, str]:
+    """`python script` in `env` and `cwd`, forked by this worker's zygote: (its exit code, its
+    stdout and stderr), as a fresh `python script` gives them, without the imports a fresh
+    start pays (a notebook's script that a test runs to its end, uninterrupted)."""
+    zygote = _zygote(HASH_SEEDS[0])
+    output = script.with_suffix(".output")
+    pid = zygote.start(script, dict(env, PYTHONHASHSEED=str(HASH_SEEDS[0])), cwd, output,
+                       stdout=True)
+    code = zygote.wait(timeout)
+    if code is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        zygote.wait()
+        raise subprocess.TimeoutExpired(str(script), timeout)
+    return code, output.read_text(errors="replace")
+
+
 def _sigkill(pid: int) -> bool:
     """SIGKILL `pid` unless it already died (its own failpoint): True if this one killed it."""
     try:

@@ -42,7 +42,7 @@ import pytest
 from lib.base.errors import ExperimentChanged
 from lib.runs.records import read_jsonl
 from tests.fakes.kaggle_server import FakeKaggle
-from tests.fault_harness import notebook_script, strip_timing
+from tests.fault_harness import notebook_script, run_script, strip_timing
 from tests.kernel_zygote import without_settings
 from tests.notebook_run import FAKES, markdown_outputs, stream_text
 from tests.unchanged import assert_unchanged, snapshot
@@ -169,9 +169,8 @@ def uninterrupted(workload: str, tmp: Path) -> Path:
     script = notebook_script(workload, dict(JOURNEYS[workload], PLATFORM="local",
                                             OUT_DIR=str(out)), tmp / "alone.py")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TA_")}
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp, env=dict(env, MPLBACKEND="Agg"),
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    code, output = run_script(script, dict(env, MPLBACKEND="Agg"), tmp)
+    assert code == 0, output[-5000:]
     return out
 
 

@@ -11,14 +11,12 @@ documents the layout). The tests lay out both.
 import os
 import shutil
 import stat
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from lib.runs.records import read_jsonl
-from tests.fault_harness import ROOT, notebook_script, strip_timing
+from tests.fault_harness import ROOT, notebook_script, run_script, strip_timing
 from tests.unchanged import assert_unchanged, snapshot
 
 pytestmark = pytest.mark.notebook
@@ -33,9 +31,7 @@ def kaggle_session(tmp_path, name, root, limit_h=None, **changes):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TA_")}
     env.update(KAGGLE_KERNEL_RUN_TYPE="Batch", TA_KAGGLE_ROOT=str(root), MPLBACKEND="Agg",
                **({"TA_SESSION_HOURS": repr(limit_h)} if limit_h else {}))
-    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=ROOT, timeout=600,
-                          capture_output=True, text=True)
-    return proc.returncode, proc.stdout + proc.stderr
+    return run_script(script, env, ROOT)
 
 
 def attach(output_of, root, *where):
@@ -119,9 +115,7 @@ def study_session(tmp_path, name, root, limit_h=None, **changes):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TA_")}
     env.update(KAGGLE_KERNEL_RUN_TYPE="Batch", TA_KAGGLE_ROOT=str(root), MPLBACKEND="Agg",
                **({"TA_SESSION_HOURS": repr(limit_h)} if limit_h else {}))
-    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=ROOT, timeout=600,
-                          capture_output=True, text=True)
-    return proc.returncode, proc.stdout + proc.stderr
+    return run_script(script, env, ROOT)
 
 
 @pytest.fixture(scope="module")

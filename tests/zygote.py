@@ -10,8 +10,8 @@ What the child does is what a restarted kernel does after its imports; a SIGKILL
 child (a failpoint's, or the test's) kills only that run.
 
 Protocol, one JSON line each: {"ready"} once the imports are done; then per request
-{"script", "env", "cwd", "stderr"} -> {"pid"}, and when the child ends, {"status"} (its exit
-code, -9 for SIGKILL).
+{"script", "env", "cwd", "stderr", "stdout"} -> {"pid"} (stdout true: into the stderr file,
+else discarded), and when the child ends, {"status"} (its exit code, -9 for SIGKILL).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def _child(request: dict) -> None:
     try:
         err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(err, 2)
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
+        # stdout: into the same file (one offset: the two interleave as a terminal shows them)
+        os.dup2(err if request.get("stdout") else os.open(os.devnull, os.O_WRONLY), 1)
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
@@ -108,10 +108,11 @@ class Zygote:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
 
-    def start(self, script: Path, env: dict, cwd: Path, stderr: Path) -> int:
+    def start(self, script: Path, env: dict, cwd: Path, stderr: Path,
+              stdout: bool = False) -> int:
         self.ready()
         self.proc.stdin.write(json.dumps({"script": str(script), "env": env, "cwd": str(cwd),
-                                          "stderr": str(stderr)}) + "\n")
+                                          "stderr": str(stderr), "stdout": stdout}) + "\n")
         self.proc.stdin.flush()
         return self._read(None)["pid"]
 
