@@ -156,17 +156,6 @@ def test_a_step_in_micro_batches_all_reduces_once(one_rank_oom):
         assert [(s["rounds"], s["all_reduce"]) for s in later] == [(1, 1)] * (w.STEPS - 1)
 
 
-def test_a_distributed_run_resumes_on_every_rank(tmp_path):
-    s = session(tmp_path, "r", 16)
-    launch(toy_train, s, nprocs=2)
-    s.cfg.epochs = 3
-    history = launch(toy_train, s, nprocs=2)
-    assert [r["epoch"] for r in history] == [1, 2, 3]
-    w0 = torch.load(tmp_path / "r" / "rank0.pt", weights_only=True)
-    w1 = torch.load(tmp_path / "r" / "rank1.pt", weights_only=True)
-    assert all(torch.equal(w0[k], w1[k]) for k in w0)
-
-
 def test_a_function_defined_in_a_notebook_is_refused_with_the_fix(tmp_path):
     def local_train(s, dist):
         return []
@@ -180,7 +169,8 @@ def test_a_distributed_run_killed_mid_epoch_loses_at_most_one_checkpoint_interva
     """Two gloo processes save mid-epoch when the main one says so (every step here: the
     interval is ~0); both are SIGKILLed at their 8th step (epoch 2, 7 steps done), and the
     relaunched run resumes at epoch 2, batch 1: only the step in flight is lost. The epoch's
-    sums span the kill, so it ends with the uninterrupted run's numbers."""
+    sums span the kill, so it ends with the uninterrupted run's numbers. Given a third epoch,
+    the finished run resumes on every rank (the ranks' weights equal)."""
     clean = launch(toy_train, session(tmp_path, "clean", 16), nprocs=2)
     s = session(tmp_path, "killed", 16, checkpoint_minutes=1e-9)
     monkeypatch.setenv("TA_FAILPOINTS", "train.step@8")
@@ -200,3 +190,11 @@ def test_a_distributed_run_killed_mid_epoch_loses_at_most_one_checkpoint_interva
         wk = torch.load(tmp_path / "killed" / name, weights_only=True)
         for k in w:
             torch.testing.assert_close(wk[k], w[k], rtol=1e-5, atol=1e-6)
+    # A finished run given one more epoch resumes on every rank from its last epoch's end.
+    s.cfg.epochs = 3
+    history = launch(toy_train, s, nprocs=2)
+    assert [r["epoch"] for r in history] == [1, 2, 3]
+    w0, w1 = (torch.load(tmp_path / "killed" / n, weights_only=True) for n in ("rank0.pt",
+                                                                             "rank1.pt"))
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+    assert any(not torch.equal(w0[k], w[k]) for k in w0)  # the third epoch trained
