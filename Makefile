@@ -39,7 +39,7 @@ KERNELS = TA_KERNEL_ZYGOTE=1 TORCHINDUCTOR_COMPILE_THREADS=1
 
 .PHONY: install install-xla lock fuse lanes demo test test-quick test-main test-main-tests \
 	test-quick-tests test-slurm test-xla test-lanes clean-xla lint notebooks check \
-	bench clean gpu-check gpu-wheels coverage docs docs-deps
+	bench clean gpu-check gpu-wheels coverage docs docs-deps system-deps
 
 # A venv $(1) with exactly the packages of lock $(2), then the library itself (no deps: the
 # lock has them all). pip installs only uv (the lock's version and hashes); uv installs the rest:
@@ -203,6 +203,9 @@ coverage: install install-xla fuse
 # Debian's chromium, which `docs-deps` installs (root, Debian) with axe-core (docs/package.json).
 docs: install
 	OMP_NUM_THREADS=1 JOBS=$(JOBS) $(PY) docs/build.py
+
+# What the suite installs from Debian and npm, one after the other (beside `install`).
+system-deps: fuse docs-deps
 
 docs-deps:
 	@command -v chromium >/dev/null || { apt-get update -qq && \

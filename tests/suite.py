@@ -196,9 +196,11 @@ def full() -> list[tuple[Phase, ...]]:
     """Steps in order; a step of several runs the rest beside the first (phases one after
     another, when the first is a tuple of them)."""
     return [
-        (Phase("install: main venv", "install"),),
-        (Phase("install: FUSE (Drive stand-in)", "fuse"),),
-        (Phase("install: chromium, axe-core (the site's browser checks)", "docs-deps"),),
+        # Debian's packages (FUSE for the Drive stand-in; chromium and axe-core for the site's
+        # browser checks), mostly downloads and dpkg, beside uv's unpacking: one after the
+        # other (dpkg takes one apt-get at a time), from nothing 20-40 s of CI's serial start.
+        (Phase("install: main venv", "install"),
+         Phase("install: FUSE, chromium, axe-core", "system-deps")),
         *_checks(),
         # Beside the main lane: the XLA venv's downloads and unpacking, and the Slurm lane,
         # whose cells mostly wait (on the scheduler, and on steps held to outlast a time limit:
