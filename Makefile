@@ -45,13 +45,11 @@ KERNELS = TA_KERNEL_ZYGOTE=1 TORCHINDUCTOR_COMPILE_THREADS=1
 # lock has them all). pip installs only uv (the lock's version and hashes); uv installs the rest:
 # parallel downloads and unpacking, 83 s on a fresh machine where pip took 185-213 s (CI's
 # measured install phase). Its cache is inside the venv, removed once installed (uv links the
-# venv's files to it: the venv is the one copy of its 6.8 GB). --compile-bytecode (VENV_BYTECODE):
-# the .pyc files pip wrote, which a machine with PYTHONDONTWRITEBYTECODE=1 (this one, CI's) would
+# venv's files to it: the venv is the one copy of its 6.8 GB). --compile-bytecode: the .pyc
+# files pip wrote, which a machine with PYTHONDONTWRITEBYTECODE=1 (this one, CI's) would
 # otherwise never write: every process would compile torch's sources again (17 s a torch import
-# instead of 4). The suite (tests/suite.py `lazy_bytecode`) passes none and has each module
-# compiled once, when first imported. First one line, not pip's "no matching distribution", when
-# PYTHON is too old (a Mac's python3 is Apple's 3.9).
-VENV_BYTECODE ?= --compile-bytecode
+# instead of 4). First one line, not pip's "no matching distribution", when PYTHON is too old (a
+# Mac's python3 is Apple's 3.9).
 define make_venv
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v >= (3, 11) else \
 	"make: PYTHON=$(PYTHON) is Python %d.%d; train-anywhere needs 3.11 or newer: install one " \
@@ -60,7 +58,7 @@ define make_venv
 	$(1)/bin/python -m pip install --quiet --upgrade pip
 	awk '/^uv==/ {on = 1} on {print} on && !/\\$$/ {exit}' $(2) > $(1)/uv.txt
 	$(1)/bin/python -m pip install --quiet --no-cache-dir --require-hashes --no-deps -r $(1)/uv.txt
-	UV_CACHE_DIR=$(1)/.uv-cache $(1)/bin/uv pip install --quiet $(VENV_BYTECODE) \
+	UV_CACHE_DIR=$(1)/.uv-cache $(1)/bin/uv pip install --quiet --compile-bytecode \
 		--python $(1)/bin/python --require-hashes --no-deps -r $(2)
 	UV_CACHE_DIR=$(1)/.uv-cache $(1)/bin/uv pip install --quiet --python $(1)/bin/python \
 		--no-deps -e .

@@ -245,20 +245,8 @@ def measure(steps: list[tuple[Phase, ...]], root: Path = ROOT, usage=shutil.disk
     return not failed, text
 
 
-def lazy_bytecode(environ=os.environ, root: Path = ROOT) -> None:
-    """The main venv without bytecode (VENV_BYTECODE empty: `make install` passes uv no
-    --compile-bytecode), each module compiled when a process first imports it, into one folder
-    inside the venv that every later process reads (PYTHONPYCACHEPREFIX; writing allowed where a
-    machine forbids it, as this one and CI's do with PYTHONDONTWRITEBYTECODE=1). uv compiled all
-    17,800 modules in 70 s of the install's serial start (126 s of CPU, measured); the suite
-    imports about 5,000 of them. The XLA venv and the image lanes do the same in theirs."""
-    environ.update(VENV_BYTECODE="", PYTHONDONTWRITEBYTECODE="",
-                   PYTHONPYCACHEPREFIX=str(root / environ.get("VENV", ".venv") / ".pycache"))
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    lazy_bytecode()
     ok, _ = measure(quick() if args.quick else full())
     return 0 if ok else 1
 

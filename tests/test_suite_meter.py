@@ -188,27 +188,3 @@ def test_cpu_times_reads_the_cpu_line_idle_and_iowait_not_busy(tmp_path):
     assert suite.cpu_times(tmp_path / "none") is None
     real = suite.cpu_times()
     assert real is None or 0 <= real[0] <= real[1]
-
-
-def test_the_suites_venv_is_built_without_bytecode_and_compiled_once_on_import(tmp_path):
-    """`make install` alone compiles every module (a user's venv); the suite's passes uv no
-    --compile-bytecode and has a process compile what it imports into the venv's own folder,
-    where a machine's PYTHONDONTWRITEBYTECODE=1 would have every process compile it again."""
-    import subprocess
-    import sys
-
-    def uv_line(env):
-        out = subprocess.run(["make", "-n", "install", f"VENV={tmp_path / 'v'}"], env=env,
-                             cwd=suite.ROOT, capture_output=True, text=True, check=True).stdout
-        return next(ln for ln in out.splitlines() if "uv pip install" in ln and "-r " in ln)
-
-    plain = {k: v for k, v in suite.os.environ.items() if k != "VENV_BYTECODE"}
-    assert "--compile-bytecode" in uv_line(plain)
-    env = dict(plain, PYTHONDONTWRITEBYTECODE="1")
-    suite.lazy_bytecode(env, tmp_path)
-    assert "--compile-bytecode" not in uv_line(env)
-    assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / ".venv" / ".pycache")
-    (tmp_path / "mod_once.py").write_text("X = 1\n")
-    subprocess.run([sys.executable, "-c", "import mod_once"], cwd=tmp_path, env=env, check=True)
-    assert list((tmp_path / ".venv" / ".pycache").rglob("mod_once.*.pyc"))  # written, there
-    assert not (tmp_path / "__pycache__").exists()  # not beside the source
