@@ -195,11 +195,16 @@ def run_script(script: Path, env: dict, cwd: Path, timeout: float = 600) -> tupl
                        stdout=True)
     code = zygote.wait(timeout)
     if code is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        zygote.wait()
-        raise subprocess.TimeoutExpired(str(script), timeout)
+        _kill_late(zygote, pid, script, timeout)
     return code, output.read_text(errors="replace")
+
+
+def _kill_late(zygote: Zygote, pid: int, script: Path, timeout: float) -> None:
+    """A child still running past `timeout`: SIGKILLed, reaped, and the test told."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    zygote.wait()
+    raise subprocess.TimeoutExpired(str(script), timeout)
 
 
 def _sigkill(pid: int) -> bool:
@@ -249,10 +254,7 @@ def _run(script: Path, env: dict, kill: Kill | None, timeout: float, hash_seed: 
         if fire is not None and not sent and now >= fire:
             sent, outside = True, _sigkill(pid)
         if now - t0 > timeout:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            zygote.wait()
-            raise subprocess.TimeoutExpired(str(script), timeout)
+            _kill_late(zygote, pid, script, timeout)
         wait = (t0 + timeout - now if sent or aim is None  # for the end
                 else POLL_S if fire is None else fire - now)  # watching, or for the kill
         code = zygote.wait(max(0.0, wait))
