@@ -11,9 +11,10 @@ wait run beside one that computes: the XLA venv is built (downloads, unpacking) 
 lane runs (its cells wait on the scheduler) while the main lane's tests run; the image lanes
 beside the XLA lane. Disk is given back as soon as a phase is done with it: the XLA venv (7.6
 GB) goes once its lane passed, and each image lane (5-7 GB) is built just before its tests and
-removed after them (tests/lanes.py `run`), so no more than the main venv, the XLA venv and two
-lanes are ever on disk together. Each phase's output goes to the terminal as it comes, or, for
-one run beside another, after it ends. The table is also written to `.suite/summary.md`;
+removed after them (tests/lanes.py `run`), so no more than the main venv, the XLA venv, two
+lanes and the lanes' one uv cache (what lanes share downloaded once, up to 19 GB, removed after
+the last lane) are ever on disk together. Each phase's output goes to the terminal as it comes,
+or, for one run beside another, after it ends. The table is also written to `.suite/summary.md`;
 `--durations=30` in each pytest keeps the 30 slowest tests in the log. Standard library only: it
 runs before any venv exists.
 """

@@ -169,3 +169,29 @@ def test_collect_removes_the_cache_entries_no_lane_links_to(tmp_path):
     lanes.collect(tmp_path / "cache")
     assert list(archive.iterdir()) == []
     assert lanes.collect(tmp_path / "nothing-here") == 0
+
+
+def test_the_cache_is_kept_through_a_run_and_collected_after_its_last_lane(tmp_path,
+                                                                          monkeypatch):
+    """What two lanes share (torch 2.8 and its CUDA libraries: the Kaggle TPU and SageMaker
+    images) is downloaded and unpacked once a run: a removed lane (the real `remove`) leaves
+    its cache entries for the next; after the last lane, every entry no lane on disk links to
+    goes (`collect`)."""
+    monkeypatch.setattr(lanes, "LANES", tmp_path / "lanes")
+    shared = lanes.cache_dir() / "archive-v0" / "torch-2.8.0" / "libtorch.so"
+    shared.parent.mkdir(parents=True)
+    shared.write_bytes(b"x" * 100)
+    found = []
+
+    def build(name, image):  # uv links the cached file into the lane
+        lanes.lane_dir(name).mkdir(parents=True)
+        found.append((name, shared.exists()))
+        if shared.exists():
+            os.link(shared, lanes.lane_dir(name) / "libtorch.so")
+        return 1.0
+
+    rc = lanes.run(["kaggle_tpu", "sagemaker_distribution"], lanes.images(), jobs=1,
+                   build=build, check=lambda name, log: 0)
+    assert rc == 0 and found == [("kaggle_tpu", True), ("sagemaker_distribution", True)]
+    assert not lanes.lane_dir("sagemaker_distribution").exists()
+    assert not shared.parent.exists()  # collected once the run ended
