@@ -84,10 +84,7 @@ def missing_requirements(find_spec=importlib.util.find_spec, trackers=()) -> lis
 
 
 def pip_command(requirements: list[str], constraints: Path | None = None) -> list[str]:
-    """pip's install of `requirements`, at the versions of `constraints`. `--no-compile`: pip
-    would compile every module of what it installs (tonic brings scikit-learn, numba and
-    librosa, mostly never imported here), half of the install's time (the Colab GPU image's
-    lane: 29 s, 13 s without); Python compiles each module the notebook imports, once."""
+    # --no-compile: Python compiles what a notebook imports, not all pip adds (half its time)
     pinned = ["-c", str(constraints)] if constraints else []
     return [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", *pinned,
             *requirements]
