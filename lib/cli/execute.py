@@ -57,6 +57,14 @@ def notebook_path(workload: str, platform: str) -> Path:
 
 
 # Running one notebook --------------------------------------------------------------------
+# jupyter_client picks a kernel's ports by binding port 0 and letting go; until the kernel binds
+# them any process may take one, and the kernel dies before it runs a cell ("Address already in
+# use", jupyter/jupyter_client#487: kernels started side by side, as a sweep's workers start
+# them). Nothing ran, so the kernel is started again, on new ports: a sweep cell was lost to it.
+KERNEL_STARTS = 3
+DIED_AT_START = "Kernel died before replying to kernel_info"
+
+
 def execute(notebook: Path, executed: Path, params: dict[str, Any],
             log_output: bool = False) -> None:
     """papermill `notebook` -> `executed` with `params`; a raised error -> NotebookFailed.
@@ -68,20 +76,25 @@ def execute(notebook: Path, executed: Path, params: dict[str, Any],
     from papermill.exceptions import PapermillExecutionError
 
     executed.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        # The kernel's own log is not the project's and a user cannot act on it: its start-up
-        # warning (local TCP sockets), and "KeyboardInterrupt caught in kernel" when
-        # jupyter_client's shutdown (which interrupts the kernel first) meets a message being
-        # handled. A cell's error still reaches the console, through papermill.
-        with _quiet_when_interrupted():
-            papermill.execute_notebook(str(notebook), str(executed), parameters=params,
-                                       cwd=str(ROOT), progress_bar=False,
-                                       log_output=log_output, kernel_name="python3",
-                                       extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-    except PapermillExecutionError as exc:
-        lines = [line for line in str(exc.evalue).strip().splitlines() if line.strip()]
-        message = lines[-1] if lines else exc.ename
-        raise NotebookFailed(f"{exc.ename}: {message}", executed, exc.ename) from None
+    for start in range(1, KERNEL_STARTS + 1):
+        try:
+            # The kernel's own log is not the project's and a user cannot act on it: its
+            # start-up warning (local TCP sockets), and "KeyboardInterrupt caught in kernel"
+            # when jupyter_client's shutdown (which interrupts the kernel first) meets a message
+            # being handled. A cell's error still reaches the console, through papermill.
+            with _quiet_when_interrupted():
+                papermill.execute_notebook(str(notebook), str(executed), parameters=params,
+                                           cwd=str(ROOT), progress_bar=False,
+                                           log_output=log_output, kernel_name="python3",
+                                           extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+            return
+        except PapermillExecutionError as exc:
+            lines = [line for line in str(exc.evalue).strip().splitlines() if line.strip()]
+            message = lines[-1] if lines else exc.ename
+            raise NotebookFailed(f"{exc.ename}: {message}", executed, exc.ename) from None
+        except RuntimeError as exc:
+            if DIED_AT_START not in str(exc) or start == KERNEL_STARTS:
+                raise
 
 
 @contextlib.contextmanager
