@@ -22,6 +22,9 @@ def pytest_configure(config):
 
     from tests import kernel_zygote
 
+    # xdist (3.6 on) hands loadscope's modules out most tests first, not in collection order:
+    # the LONGEST order below would be undone (a notebook module of two tests started last).
+    config.option.loadscopereorder = False
     if getattr(config.option, "numprocesses", 0) and not hasattr(config, "workerinput"):
         return  # xdist's controller runs no test
     folder = Path(tempfile.mkdtemp(prefix="ta-kernels-"))
@@ -33,16 +36,28 @@ def pytest_configure(config):
         atexit.register(shutil.rmtree, folder, True)
 
 
-# xdist's `--dist loadscope` hands whole modules to the workers in collection order; one of
-# minutes handed out last ends its lane minutes after the others (the XLA lane's MSHNet module,
-# 229 s, started halfway: 415 s where longest-first gives about 315). So the modules that took
+# xdist's `--dist loadscope` hands whole modules to the workers in collection order (with
+# `loadscopereorder` off: pytest_configure); one of minutes handed out last ends its lane
+# minutes after the others (the XLA lane's MSHNet module started halfway: 176 s for the lane
+# where longest-first took 168 s, alone on this 2-core machine). So the modules that took
 # longest are collected first, longest first: their seconds (every test's setup, call and
-# teardown) on the last measured lanes (`--durations=0`, 2-core machine, round seven).
-LONGEST = {"test_sweep_remote.py": 479, "test_notebooks_drive.py": 286,
-           "test_kill_resume.py": 267, "test_notebooks_clouds.py": 259, "test_sweep.py": 228,
-           "test_carry_journey.py": 228, "test_first_use.py": 217, "test_gpu_check.py": 211,
-           "test_new_workload.py": 200, "test_notebooks_more_clouds.py": 192,
-           "test_docs_site.py": 191, "test_xla_mshnet.py": 229, "test_xla_lane.py": 128}
+# teardown, `--durations=0`) on the last measured lanes, round seven's ninth session, the main
+# lane's the mean of two runs. One table for both lanes: a module is in one of them (the bench
+# smoke tests in both: its main-lane seconds).
+LONGEST = {"test_notebooks_drive.py": 207, "test_kill_resume.py": 178, "test_docs_site.py": 115,
+           "test_sweep_remote.py": 90, "test_notebooks_clouds.py": 87,
+           "test_compile_cache.py": 81, "test_notebooks_more_clouds.py": 78,
+           "test_carry_journey.py": 78, "test_notebooks_optimizer_study.py": 75,
+           "test_gpu_check.py": 73, "test_distributed.py": 65, "test_sweep.py": 64,
+           "test_kaggle_sessions.py": 63, "test_notebooks_fashion.py": 49,
+           "test_bench_smoke.py": 42, "test_notebooks_mshnet.py": 41,
+           "test_new_workload.py": 41, "test_spiking_kernels.py": 37,
+           "test_notebooks_mamba_spike.py": 35, "test_kernel_zygote.py": 34,
+           "test_first_use.py": 32, "test_bootstrap_clone.py": 31,
+           "test_tracking_journey.py": 31,
+           "test_xla_mshnet.py": 116, "test_xla_lane.py": 70, "test_xla_lif_scan.py": 30,
+           "test_xla_mamba_spike.py": 29, "test_xla_optimizer_study.py": 26,
+           "test_xla_compile_cache.py": 19}
 
 
 def pytest_collection_modifyitems(config, items):
