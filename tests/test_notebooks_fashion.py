@@ -138,6 +138,29 @@ def test_colab_bootstrap_mounts_drive_writes_there_and_flushes(tmp_path):
     assert boards() == []
 
 
+def test_the_stand_ins_tensorboard_ends_cleanly_on_sigterm(tmp_path):
+    """jupyter_client sends SIGTERM to the kernel's process group when a kernel takes over half
+    its shutdown wait to end (manager.py `finish_shutdown`): a real TensorBoard then runs its
+    atexit, which removes its info file (program.py `_install_signal_handler`), and so must the
+    stand-in's. One that died on it left its file, and the test above failed (a clean clone)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    info = tmp_path / ".tensorboard-info"  # TensorBoard's: in the temporary folder
+    board = subprocess.Popen([sys.executable, str(FAKES / "fake_tensorboard.py"), "--logdir",
+                              str(tmp_path / "tb")], env=dict(os.environ, TMPDIR=str(tmp_path)))
+    deadline = time.monotonic() + 30
+    while not (info.is_dir() and any(info.iterdir())) and time.monotonic() < deadline:
+        assert board.poll() is None, board.returncode
+        time.sleep(0.1)
+    assert [p.name for p in info.iterdir()] == [f"pid-{board.pid}.info"]
+    board.send_signal(signal.SIGTERM)
+    assert board.wait(timeout=30) == 0
+    assert list(info.iterdir()) == []
+
+
 def test_a_tpu_sized_batch_continues_on_a_small_device_with_nothing_set_by_hand(
         tmp_path, monkeypatch, capsys):
     """Issue 44's journey, one epoch per session (TA_SESSION_EPOCHS=1), every epoch once:
