@@ -39,7 +39,7 @@ def pytest_configure(config):
 # xdist's `--dist loadscope` hands whole modules to the workers in collection order (with
 # `loadscopereorder` off: pytest_configure); one of minutes handed out last ends its lane
 # minutes after the others (the XLA lane's MSHNet module started halfway: 176 s for the lane
-# where longest-first took 168 s, alone on this 2-core machine). So the modules that took
+# where longest-first took 168 s, the lane alone on a 2-core machine). So the modules that took
 # longest are collected first, longest first: their seconds (every test's setup, call and
 # teardown, `--durations=0`) on the last measured lanes, round seven's ninth session, the main
 # lane's the mean of two runs. One table for both lanes: a module is in one of them (the bench
