@@ -2,6 +2,10 @@
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
 import time
 
 import nbformat
@@ -143,11 +147,6 @@ def test_the_stand_ins_tensorboard_ends_cleanly_on_sigterm(tmp_path):
     its shutdown wait to end (manager.py `finish_shutdown`): a real TensorBoard then runs its
     atexit, which removes its info file (program.py `_install_signal_handler`), and so must the
     stand-in's. One that died on it left its file, and the test above failed (a clean clone)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
     info = tmp_path / ".tensorboard-info"  # TensorBoard's: in the temporary folder
     board = subprocess.Popen([sys.executable, str(FAKES / "fake_tensorboard.py"), "--logdir",
                               str(tmp_path / "tb")], env=dict(os.environ, TMPDIR=str(tmp_path)))
